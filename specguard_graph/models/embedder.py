@@ -1,0 +1,41 @@
+"""Sentence embeddings for the self-consistency selector."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from sentence_transformers import SentenceTransformer
+
+from ..errors import ModelLoadError
+
+
+class SentenceEmbedder:
+    """Thin wrapper so the selector depends on `embed`, not on sentence-transformers' API."""
+
+    def __init__(self, model: SentenceTransformer):
+        self.model = model
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str = "cpu") -> SentenceEmbedder:
+        path = Path(path).expanduser()
+        if not path.is_dir():
+            raise ModelLoadError(f"embedder directory does not exist: {path}")
+        try:
+            return cls(SentenceTransformer(str(path), device=device, local_files_only=True))
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ModelLoadError(f"cannot load embedder from {path}: {exc}") from None
+
+    def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        """Unit-norm embeddings, one row per text (empty texts embed like any other)."""
+        with self._lock:
+            out = self.model.encode(
+                list(texts),
+                convert_to_tensor=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        return out.float().cpu()

@@ -1,0 +1,412 @@
+"""Local Hugging Face causal LMs with a cached accepted prefix and k-way step sampling.
+
+Each run keeps one `PrefixCache` per model: the token ids of prompt + accepted steps and
+a KV cache over all but the last of them. Before any model call the cache is reconciled
+with the ids by longest common prefix, so only tokens the model has not seen are fed:
+a step the model wrote itself is adopted straight from its sampling cache (0 tokens),
+a step the other model wrote is fed in one prefill the next time this model is needed.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from ..errors import InputError, ModelLoadError
+from .capture import ATTN_IMPLEMENTATION, AttentionCapture, capture_attention
+
+StepEnd = Literal["delimiter", "eos", "length"]
+
+
+@dataclass
+class PrefixCache:
+    """One model's view of one run: context ids and the KV cache over `cache_ids`."""
+
+    ids: list[int]
+    cache: Any = None
+    cache_ids: list[int] = field(default_factory=list)
+    prefill_tokens: int = 0  # tokens fed in catch-up prefills (batch 1)
+    decode_tokens: int = 0  # tokens fed while generating (all rows)
+
+    def extend(self, ids: Sequence[int]) -> None:
+        """Append tokens to the context; the model is fed them lazily on its next call."""
+        self.ids = self.ids + list(ids)
+
+
+@dataclass
+class Candidate:
+    """One sampled step. `token_ids` extend the context if accepted (delimiter included);
+    `token_logprobs` cover the scored tokens: every generated token but the last, which is
+    the delimiter, the token before EOS's successor, or the cut point, and has no row."""
+
+    text: str
+    token_ids: list[int]
+    token_logprobs: list[float]
+    ended: StepEnd
+    row: int
+
+    @property
+    def n_scored(self) -> int:
+        return len(self.token_logprobs)
+
+
+@dataclass
+class Sample:
+    """The result of one batched sampling call, with what is needed to adopt a row."""
+
+    candidates: list[Candidate]
+    prefix_len: int
+    cache: Any
+    cache_ids: list[list[int]]
+    capture: AttentionCapture | None
+
+    def attentions(self, row: int) -> list[torch.Tensor]:
+        """Captured rows of candidate `row` per layer (oldest first), heads x S x (P + S)."""
+        if self.capture is None:
+            raise ValueError("attention was not captured for this sample")
+        cand = self.candidates[row]
+        s, p = cand.n_scored, self.prefix_len
+        out = []
+        for layer in sorted(self.capture.layers):
+            calls = self.capture.rows.get(layer, [])
+            if len(calls) < s + 1:
+                raise ValueError(f"layer {layer}: {len(calls)} captured calls, need {s + 1}")
+            heads = calls[0].shape[1]
+            att = torch.zeros(heads, s, p + s, dtype=torch.float32)
+            for t in range(1, s + 1):  # call 0 is the last prefix token's row
+                r = calls[t][row, :, -1, :]
+                att[:, t - 1, : r.shape[-1]] = r
+            out.append(att)
+        return out
+
+
+class _LogprobRecorder(LogitsProcessor):
+    """Records log p of each chosen token under the raw model distribution.
+
+    It sits first in the processor list, so it sees logits before temperature/top-p, and
+    holds only one vocabulary-sized row per sequence (the previous step's log-softmax)."""
+
+    def __init__(self) -> None:
+        self.pending: torch.Tensor | None = None
+        self.logprobs: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:
+            self.logprobs.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1).cpu())
+        self.pending = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, sequences: torch.Tensor) -> None:
+        if self.pending is not None:
+            self.logprobs.append(self.pending.gather(1, sequences[:, -1:]).squeeze(1).cpu())
+            self.pending = None
+
+
+class _StepDelimiterCriteria(StoppingCriteria):
+    """Stops a row once its *generated* text contains the step delimiter.
+
+    transformers' StopStringCriteria also matches across the prompt boundary, so a prompt
+    ending in "\n" plus a generated "\n" would end a blank-line step before it starts."""
+
+    def __init__(self, tokenizer: Any, delimiter: str, prefix_len: int):
+        self.tokenizer, self.delimiter, self.prefix_len = tokenizer, delimiter, prefix_len
+        # the delimiter can only be completed by the newest token: look at a short tail
+        self.window = 4 * len(delimiter) + 4
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any):
+        gen = input_ids[:, self.prefix_len :]
+        tail = gen[:, -self.window :].tolist()
+        done = [self.delimiter in self.tokenizer.decode(row) for row in tail]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class LocalCausalLM:
+    """A transformers causal LM plus its tokenizer, ready for step-level decoding."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: Any, *, name: str | None = None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        self.model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        gen = getattr(model, "generation_config", None)
+        eos: set[int] = set()
+        for src in (getattr(gen, "eos_token_id", None), tokenizer.eos_token_id):
+            if isinstance(src, int):
+                eos.add(src)
+            elif src:
+                eos.update(int(x) for x in src)
+        self.eos_ids = sorted(eos)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
+        self._lock = threading.RLock()
+
+    # ---- loading -------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        quantize: Literal["none", "int8"] = "none",
+    ) -> LocalCausalLM:
+        """Load a transformers model directory or a single `.gguf` file, fully offline."""
+        path = Path(path).expanduser()
+        if not path.exists():
+            raise ModelLoadError(f"model path does not exist: {path}")
+        kwargs: dict[str, Any] = {"local_files_only": True}
+        if path.is_file():
+            if path.suffix != ".gguf":
+                raise ModelLoadError(f"not a model directory or .gguf file: {path}")
+            src, kwargs["gguf_file"] = str(path.parent), path.name
+        else:
+            if not (path / "config.json").exists():
+                raise ModelLoadError(f"not a model directory (no config.json): {path}")
+            src = str(path)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if dtype is None:
+            dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(
+                src, dtype=dtype, attn_implementation="sdpa", **kwargs
+            )
+        except (OSError, ValueError, RuntimeError, KeyError) as exc:
+            raise ModelLoadError(f"cannot load model from {path}: {exc}") from None
+        model.to(device)
+        if quantize == "int8":
+            if device != "cpu":
+                raise ModelLoadError("int8 dynamic quantisation is CPU-only")
+            model = torch.ao.quantization.quantize_dynamic(
+                model, {torch.nn.Linear}, dtype=torch.qint8
+            )
+        return cls(model, tokenizer, name=path.name)
+
+    # ---- facts -----------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+    @property
+    def context_window(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def capture_layers(self, n: int) -> frozenset[int]:
+        """Indices of the last `n` decoder layers (all of them when n exceeds the depth)."""
+        return frozenset(range(max(0, self.num_layers - n), self.num_layers))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    # ---- prefix bookkeeping ---------------------------------------------------------------
+    def new_prefix(self, prompt: str) -> PrefixCache:
+        ids = self.encode(prompt)
+        if not ids:
+            raise InputError("the rendered prompt is empty")
+        return PrefixCache(ids=ids)
+
+    def append_text(self, pc: PrefixCache, text: str) -> None:
+        """Extend the context with text another model wrote; fed lazily on next use."""
+        pc.ids = pc.ids + self.encode(text)
+
+    def adopt(self, pc: PrefixCache, sample: Sample, row: int) -> None:
+        """Extend the context with this model's own candidate, reusing its KV rows."""
+        cand = sample.candidates[row]
+        cache = sample.cache
+        if cache is not None and len(sample.cache_ids) > 1:
+            cache.batch_select_indices(torch.tensor([row], device=self.device))
+        pc.cache, pc.cache_ids = cache, list(sample.cache_ids[row])
+        pc.ids = pc.ids + cand.token_ids
+        sample.cache = None
+
+    def _check_window(self, pc: PrefixCache, new_tokens: int) -> None:
+        need = len(pc.ids) + new_tokens
+        if need > self.context_window:
+            raise InputError(
+                f"context of {len(pc.ids)} tokens plus {new_tokens} new exceeds "
+                f"{self.name}'s window of {self.context_window} tokens"
+            )
+
+    def _catch_up(self, pc: PrefixCache) -> None:
+        """Make the cache hold exactly ids[:-1], feeding only the tokens it lacks."""
+        want = pc.ids[:-1]
+        if pc.cache is None:
+            pc.cache, pc.cache_ids = DynamicCache(config=self.model.config), []
+        keep = _common_prefix(pc.cache_ids, want)
+        if keep < len(pc.cache_ids):
+            pc.cache.crop(keep - len(pc.cache_ids))
+            pc.cache_ids = pc.cache_ids[:keep]
+        new = want[keep:]
+        if new:
+            x = torch.tensor([new], device=self.device)
+            self.model(input_ids=x, cache=pc.cache, use_cache=True, logits_to_keep=1)
+            pc.prefill_tokens += len(new)
+            pc.cache_ids = list(want)
+
+    # ---- step generation -------------------------------------------------------------------
+    @torch.inference_mode()
+    def sample(
+        self,
+        pc: PrefixCache,
+        *,
+        n: int,
+        delimiter: str,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        seed: int = 0,
+        capture_layers: frozenset[int] | None = None,
+        fork: bool = True,
+    ) -> Sample:
+        """Draw `n` candidate steps in one batched generate call sharing the cached prefix.
+
+        With `fork=False` (n = 1 only) the run's own cache is extended in place: use it when
+        the step will be kept whatever happens (the target's recompute)."""
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        if not fork and n != 1:
+            raise ValueError("fork=False needs n == 1")
+        self._check_window(pc, max_new_tokens)
+        with self._lock:
+            self._catch_up(pc)
+            cache = pc.cache
+            if fork:
+                cache = copy.deepcopy(cache)
+                if n > 1:
+                    cache.batch_repeat_interleave(n)
+            prefix = len(pc.ids)
+            input_ids = torch.tensor([pc.ids] * n, device=self.device)
+            recorder = _LogprobRecorder()
+            processors: list[LogitsProcessor] = [recorder]
+            greedy = temperature <= 0.0
+            if not greedy:
+                if temperature != 1.0:
+                    processors.append(TemperatureLogitsWarper(temperature))
+                if top_p < 1.0:
+                    processors.append(TopPLogitsWarper(top_p))
+            config = GenerationConfig(
+                max_new_tokens=max_new_tokens,
+                do_sample=not greedy,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=None,
+                eos_token_id=self.eos_ids or None,
+                pad_token_id=self.pad_id,
+                return_dict_in_generate=True,
+            )
+            torch.manual_seed(seed)
+            cap_layers = capture_layers or frozenset()
+            with capture_attention(cap_layers) as cap:
+                out = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    cache=cache,
+                    generation_config=config,
+                    logits_processor=LogitsProcessorList(processors),
+                    stopping_criteria=StoppingCriteriaList(
+                        [_StepDelimiterCriteria(self.tokenizer, delimiter, prefix)]
+                    ),
+                )
+            sequences = out.sequences
+            recorder.finish(sequences)
+            gen_cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+            total = sequences.shape[1] - prefix
+            pc.decode_tokens += n * total
+            if not fork:
+                pc.cache = gen_cache
+        lps = torch.stack(recorder.logprobs, dim=1) if recorder.logprobs else None
+        candidates, cache_ids = [], []
+        for row in range(n):
+            gen = sequences[row, prefix:].tolist()
+            cand = self._cut(gen, delimiter, row, lps[row] if lps is not None else None)
+            candidates.append(cand)
+            cache_ids.append(pc.ids + gen[: max(total - 1, 0)])
+        return Sample(
+            candidates=candidates,
+            prefix_len=prefix,
+            cache=gen_cache,
+            cache_ids=cache_ids,
+            capture=cap if cap_layers else None,
+        )
+
+    def _cut(
+        self, gen: list[int], delimiter: str, row: int, logprobs: torch.Tensor | None
+    ) -> Candidate:
+        eos_at = next((i for i, t in enumerate(gen) if t in self.eos_ids), None)
+        body = gen if eos_at is None else gen[:eos_at]
+        full = self.decode(body)
+        d = full.find(delimiter)
+        if d != -1:
+            lo, hi = 0, len(body) - 1  # smallest c with the delimiter inside decode(body[:c+1])
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if delimiter in self.decode(body[: mid + 1]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            keep, scored, ended, text = body[: lo + 1], lo, "delimiter", full[:d]
+        elif eos_at is not None:
+            keep, scored, ended, text = body, len(body), "eos", full
+        else:
+            keep, scored, ended, text = body, max(len(body) - 1, 0), "length", full
+        lps = [] if logprobs is None else logprobs[:scored].tolist()
+        return Candidate(text=text, token_ids=keep, token_logprobs=lps, ended=ended, row=row)
+
+    @torch.inference_mode()
+    def score(
+        self, pc: PrefixCache, step_ids: Sequence[int], capture_layers: frozenset[int]
+    ) -> tuple[list[float], list[torch.Tensor]]:
+        """Log-probs and attention rows of `step_ids` after the context, in one forward.
+
+        The step's KV stays in the cache: if the step is accepted the next call feeds
+        nothing; if not, the common-prefix check crops it."""
+        if not step_ids:
+            raise ValueError("score needs at least one step token")
+        self._check_window(pc, len(step_ids))
+        with self._lock:
+            self._catch_up(pc)
+            fed = [pc.ids[-1], *step_ids]
+            x = torch.tensor([fed], device=self.device)
+            with capture_attention(capture_layers) as cap:
+                out = self.model(input_ids=x, cache=pc.cache, use_cache=True)
+            pc.prefill_tokens += len(fed)
+            pc.cache_ids = pc.cache_ids + fed
+        logits = out.logits[0, : len(step_ids)].float()
+        target = torch.tensor(step_ids, device=logits.device).unsqueeze(1)
+        lps = torch.log_softmax(logits, dim=-1).gather(1, target).squeeze(1).cpu().tolist()
+        atts = [cap.rows[layer][0][0, :, 1:, :].cpu() for layer in sorted(capture_layers)]
+        return lps, atts

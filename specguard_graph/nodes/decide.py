@@ -1,0 +1,109 @@
+"""Normalise both signals to [0, 1] on fixed ranges and compare the mix with τ."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import SpecGuardConfig
+from ..runtime import step_separator
+from ..state import SpecGuardState, StepRecord, add_numbers
+from .common import Deps, emit, finish_step, step_index
+
+
+def normalise(value: float, lo: float, hi: float) -> float:
+    """Map [lo, hi] linearly onto [0, 1] and clip; -inf maps to 0, +inf to 1."""
+    if hi <= lo:
+        raise ValueError(f"normalisation range must have lo < hi, got {lo, hi}")
+    if math.isnan(value):
+        raise ValueError("cannot normalise NaN")
+    return min(1.0, max(0.0, (value - lo) / (hi - lo)))
+
+
+@dataclass(frozen=True)
+class Decision:
+    grounding_norm: float
+    logprob_norm: float
+    score: float
+    accepted: bool
+
+
+def decide_step(grounding: float, logprob: float, config: SpecGuardConfig) -> Decision:
+    """score = β·lp_norm + (1 − β)·g_norm; accept when score ≥ τ."""
+    g = normalise(grounding, *config.grounding_range)
+    lp = normalise(logprob, *config.logprob_range)
+    score = config.beta * lp + (1.0 - config.beta) * g
+    return Decision(g, lp, score, score >= config.tau)
+
+
+class DecideNode:
+    """decide: accept the selected draft step (and commit it) or hand over to the target."""
+
+    def __init__(self, deps: Deps):
+        self.deps = deps
+
+    def __call__(self, state: SpecGuardState) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        deps = self.deps
+        index, sel = step_index(state), state["selected"]
+        g, lp = state.get("grounding"), state.get("logprob")
+        errors = [e for e in (state.get("grounding_error"), state.get("logprob_error")) if e]
+        if errors or g is None or lp is None:
+            decision: dict[str, Any] = {
+                "step": index,
+                "accepted": False,
+                "score": None,
+                "grounding_norm": None,
+                "logprob_norm": None,
+                "reason": "; ".join(errors) or "missing signal",
+            }
+        else:
+            d = decide_step(g, lp, deps.config)
+            decision = {
+                "step": index,
+                "accepted": d.accepted,
+                "score": d.score,
+                "grounding_norm": d.grounding_norm,
+                "logprob_norm": d.logprob_norm,
+                "reason": None if d.accepted else f"score {d.score:.3f} < tau {deps.config.tau}",
+            }
+        emit("decision", **decision)
+        update: dict[str, Any] = {"decision": decision}
+        if decision["accepted"]:
+            update |= self._commit(state, sel, decision)
+        update["timing"] = add_numbers(update.get("timing"), {"verify_s": time.perf_counter() - t0})
+        return update
+
+    def _commit(self, state: SpecGuardState, sel: int, decision: dict[str, Any]) -> dict[str, Any]:
+        deps = self.deps
+        session = deps.sessions.get(state)
+        cand = state["candidates"][sel]
+        sample = session.sample if session.sample_step == step_index(state) else None
+        sep = step_separator(deps.spec, cand["ended"])
+        if sample is not None:
+            if deps.shared_vocab:  # the draft's exact tokens: no re-tokenisation drift
+                session.target.extend(sample.candidates[sel].token_ids)
+            else:
+                deps.target.append_text(session.target, cand["text"] + sep)
+            deps.draft.adopt(session.draft, sample, sel)
+        else:
+            deps.draft.append_text(session.draft, cand["text"] + sep)
+            deps.target.append_text(session.target, cand["text"] + sep)
+        record: StepRecord = {
+            "index": step_index(state),
+            "text": cand["text"],
+            "source": "draft",
+            "grounding": state.get("grounding"),
+            "logprob": state.get("logprob"),
+            "score": decision["score"],
+            "accepted": True,
+            "candidates": [c["text"] for c in state["candidates"]],
+            "selected": sel,
+            "reason": None,
+            "ended": cand["ended"],
+            "cut": cand["ended"] == "length",
+            "tokens": cand["tokens"],
+        }
+        return finish_step(deps, state, session, record)

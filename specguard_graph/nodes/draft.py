@@ -1,0 +1,59 @@
+"""draft_k: k candidate steps from the draft in one batched call, signals captured on the way."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..state import SpecGuardState
+from .common import Deps, emit, remaining_tokens, step_index
+
+
+class DraftNode:
+    def __init__(self, deps: Deps):
+        self.deps = deps
+
+    def __call__(self, state: SpecGuardState) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        deps, cfg = self.deps, self.deps.config
+        session = deps.sessions.get(state)
+        index = step_index(state)
+        session.counters_at_step = session.counters()
+        capture = (
+            deps.draft.capture_layers(cfg.grounding_layers) if cfg.signal_model == "draft" else None
+        )
+        sample = deps.draft.sample(
+            session.draft,
+            n=cfg.k,
+            delimiter=deps.spec.delimiter,
+            max_new_tokens=min(cfg.max_step_tokens, remaining_tokens(state, cfg)),
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            seed=cfg.seed + index,
+            capture_layers=capture,
+        )
+        session.sample, session.sample_step = sample, index
+        candidates = [
+            {
+                "text": c.text,
+                "tokens": len(c.token_ids),
+                "ended": c.ended,
+                "token_logprobs": c.token_logprobs,
+            }
+            for c in sample.candidates
+        ]
+        elapsed = time.perf_counter() - t0
+        emit("draft", step=index, candidates=[c["text"] for c in candidates], time_s=elapsed)
+        update: dict[str, Any] = {
+            "run_id": session.run_id,
+            "candidates": candidates,
+            "grounding": None,
+            "logprob": None,
+            "grounding_error": None,
+            "logprob_error": None,
+            "timing": {"draft_s": elapsed},
+            "counts": {"draft_tokens": sum(len(c.token_ids) for c in sample.candidates)},
+        }
+        if "started_at" not in state:
+            update["started_at"] = time.time() - elapsed
+        return update

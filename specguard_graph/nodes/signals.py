@@ -1,0 +1,43 @@
+"""Where a step's signals come from when they were not captured while sampling:
+`signal_model="target"`, or a resumed run whose draft sample died with its process.
+Either way one forward of the scoring model over the selected step gives both signals,
+and the session memoises it so the two parallel scorers share that one forward."""
+
+from __future__ import annotations
+
+from ..runtime import RunSession, Signals
+from ..state import SpecGuardState
+from .common import Deps, step_index
+
+
+def captured_sample(deps: Deps, state: SpecGuardState, session: RunSession):
+    """The draft's sample for this step if it is still in memory and signals come from it."""
+    if deps.config.signal_model != "draft":
+        return None
+    if session.sample is None or session.sample_step != step_index(state):
+        return None
+    return session.sample
+
+
+def scored_signals(deps: Deps, state: SpecGuardState, session: RunSession) -> Signals:
+    """One forward of the signal model over the selected step (memoised per step)."""
+    index, sel = step_index(state), state["selected"]
+    use_target = deps.config.signal_model == "target"
+    model = deps.target if use_target else deps.draft
+    pc = session.target if use_target else session.draft
+    cand = state["candidates"][sel]
+
+    def compute() -> Signals:
+        sample = session.sample if session.sample_step == index else None
+        if sample is not None and (deps.shared_vocab or not use_target):
+            c = sample.candidates[sel]
+            ids = c.token_ids[: c.n_scored]
+        else:
+            ids = model.encode(cand["text"])
+        if not ids:
+            return [], [], len(pc.ids)
+        prefix = len(pc.ids)
+        lps, atts = model.score(pc, ids, model.capture_layers(deps.config.grounding_layers))
+        return lps, atts, prefix
+
+    return session.signals((model.name + str(id(model)), index, sel), compute)

@@ -1,0 +1,118 @@
+"""Per-run sessions: the models' prefix caches and the current step's captured signals.
+
+A session is an accelerator of the state, never the truth: when it is missing (a new
+process resumed a checkpoint) or out of step with the state (time travel), it is rebuilt
+from the question and the accepted steps, costing one prefill per model.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .errors import InputError
+from .models.hf import LocalCausalLM, PrefixCache, Sample
+from .steps import StepSpec
+
+Signals = tuple[list[float], list[torch.Tensor], int]  # token log-probs, attentions, prefix len
+
+
+def step_separator(spec: StepSpec, ended: str) -> str:
+    """What follows a step in the context: the delimiter, unless the step was cut or final."""
+    return spec.delimiter if ended == "delimiter" else ""
+
+
+def validate_question(question: Any) -> str:
+    if not isinstance(question, str):
+        raise InputError(f"question must be text, got {type(question).__name__}")
+    if not question.strip():
+        raise InputError("question is empty")
+    return question
+
+
+@dataclass
+class RunSession:
+    run_id: str
+    draft: PrefixCache
+    target: PrefixCache
+    n_steps: int = 0
+    sample: Sample | None = None
+    sample_step: int = -1
+    counters_at_step: dict[str, int] = field(default_factory=dict)
+    _signals: dict[tuple[str, int, int], Signals] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "draft_prefill": self.draft.prefill_tokens,
+            "draft_decode": self.draft.decode_tokens,
+            "target_prefill": self.target.prefill_tokens,
+            "target_decode": self.target.decode_tokens,
+        }
+
+    def fed_since_step_start(self) -> dict[str, int]:
+        now = self.counters()
+        return {k: now[k] - self.counters_at_step.get(k, 0) for k in now}
+
+    def signals(self, key: tuple[str, int, int], compute: Callable[[], Signals]) -> Signals:
+        """Compute a step's signals once even when both scorers ask at the same time."""
+        with self._lock:
+            if key not in self._signals:
+                self._signals.clear()
+                self._signals[key] = compute()
+            return self._signals[key]
+
+
+class SessionStore:
+    """Sessions by run id, bounded (LRU) so abandoned runs cannot leak memory."""
+
+    def __init__(
+        self, draft: LocalCausalLM, target: LocalCausalLM, spec: StepSpec, max_sessions: int = 32
+    ):
+        self.draft, self.target, self.spec = draft, target, spec
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[str, RunSession] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, state: Mapping[str, Any]) -> RunSession:
+        run_id = state.get("run_id") or uuid.uuid4().hex
+        steps = state.get("steps") or []
+        with self._lock:
+            session = self._sessions.get(run_id)
+            if session is not None and session.n_steps == len(steps):
+                self._sessions.move_to_end(run_id)
+                return session
+        session = self._build(run_id, validate_question(state.get("question")), steps)
+        with self._lock:
+            self._sessions[run_id] = session
+            while len(self._sessions) > self.max_sessions:
+                self._sessions.popitem(last=False)
+        return session
+
+    def drop(self, run_id: str | None) -> None:
+        with self._lock:
+            self._sessions.pop(run_id or "", None)
+
+    def _build(self, run_id: str, question: str, steps: list[Mapping[str, Any]]) -> RunSession:
+        history = "".join(s["text"] + step_separator(self.spec, s.get("ended", "")) for s in steps)
+        caches = []
+        for model in (self.draft, self.target):
+            pc = model.new_prefix(self.spec.render_prompt(question, model.tokenizer))
+            if history:
+                model.append_text(pc, history)
+            if len(pc.ids) >= model.context_window:
+                raise InputError(
+                    f"prompt of {len(pc.ids)} tokens does not fit {model.name}'s window "
+                    f"of {model.context_window}"
+                )
+            caches.append(pc)
+        return RunSession(run_id=run_id, draft=caches[0], target=caches[1], n_steps=len(steps))

@@ -1,0 +1,84 @@
+"""Graph state: JSON-like data only, so any checkpointer can persist a run.
+
+Models, KV caches and captured attention live in the run's session (see runtime.py),
+keyed by `run_id`; the state holds what is needed to rebuild that session from scratch.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Literal, TypedDict
+
+Status = Literal["final", "max_steps", "max_total_tokens"]
+
+
+def add_numbers(left: dict[str, float] | None, right: dict[str, float] | None) -> dict[str, float]:
+    """Reducer: sum per key, so parallel nodes can each add their share of time or tokens."""
+    out = dict(left or {})
+    for key, value in (right or {}).items():
+        out[key] = out.get(key, 0) + value
+    return out
+
+
+class CandidateRecord(TypedDict):
+    text: str
+    tokens: int
+    ended: Literal["delimiter", "eos", "length"]
+    token_logprobs: list[float]
+
+
+class StepRecord(TypedDict, total=False):
+    """One step of the trace (DESIGN.md's JSON contract plus diagnostics)."""
+
+    index: int
+    text: str
+    source: Literal["draft", "target"]
+    grounding: float | None
+    logprob: float | None
+    score: float | None
+    accepted: bool
+    candidates: list[str]
+    selected: int
+    draft_text: str
+    reason: str | None
+    ended: Literal["delimiter", "eos", "length"]
+    cut: bool
+    tokens: int
+    fed: dict[str, int]
+    time_s: float
+
+
+class Decision(TypedDict, total=False):
+    step: int
+    accepted: bool
+    score: float | None
+    grounding_norm: float | None
+    logprob_norm: float | None
+    reason: str | None
+
+
+class InputState(TypedDict):
+    question: str
+
+
+class OutputState(TypedDict, total=False):
+    question: str
+    answer: str | None
+    text: str
+    steps: Annotated[list[StepRecord], operator.add]
+    status: Status
+    timing: Annotated[dict[str, float], add_numbers]
+    counts: Annotated[dict[str, float], add_numbers]
+
+
+class SpecGuardState(InputState, OutputState, total=False):
+    run_id: str
+    started_at: float
+    candidates: list[CandidateRecord]
+    selected: int
+    grounding: float | None
+    grounding_tokens: list[float]
+    logprob: float | None
+    grounding_error: str | None
+    logprob_error: str | None
+    decision: Decision

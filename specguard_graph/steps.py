@@ -1,0 +1,167 @@
+"""What a "step" is: a protocol, so reasoning paragraphs, plan items and tool calls can all be
+verified by the same graph without the graph knowing which one it runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+REASONING_SYSTEM_PROMPT = (
+    "Please reason step by step, separating steps with a blank line, "
+    "and put your final answer within \\boxed{}."
+)
+
+
+@runtime_checkable
+class StepSpec(Protocol):
+    """How steps end, when the answer is final, how the prompt looks, what the answer is."""
+
+    name: str
+    delimiter: str
+
+    def render_prompt(self, question: str, tokenizer: Any) -> str:
+        """The text both models continue (usually the chat template plus an assistant turn)."""
+        ...
+
+    def is_final(self, step: str, *, eos: bool) -> bool:
+        """True when this step ends the answer (`eos` says the model stopped on its own)."""
+        ...
+
+    def extract_answer(self, text: str) -> str | None:
+        """The answer inside the full response text, or None when there is none."""
+        ...
+
+
+def join_steps(spec: StepSpec, steps: Sequence[str]) -> str:
+    """The response text as the models see it: steps separated by the delimiter."""
+    return spec.delimiter.join(steps)
+
+
+def _chat_prompt(tokenizer: Any, system: str, user: str) -> str:
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return str(
+            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        )
+    return f"{system}\n\nQuestion: {user}\n\nAnswer:\n"
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last brace-balanced \\boxed{...} (nested braces kept), else None."""
+    start = text.rfind("\\boxed{")
+    while start != -1:
+        i = start + len("\\boxed{")
+        depth = 1
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start + len("\\boxed{") : i - 1].strip()
+        start = text.rfind("\\boxed{", 0, start)
+    return None
+
+
+@dataclass(frozen=True)
+class ReasoningSteps:
+    """Blank-line separated reasoning; the answer is the last \\boxed{}."""
+
+    system_prompt: str = REASONING_SYSTEM_PROMPT
+    name: str = "reasoning"
+    delimiter: str = "\n\n"
+
+    def render_prompt(self, question: str, tokenizer: Any) -> str:
+        return _chat_prompt(tokenizer, self.system_prompt, question)
+
+    def is_final(self, step: str, *, eos: bool) -> bool:
+        return eos or last_boxed(step) is not None
+
+    def extract_answer(self, text: str) -> str | None:
+        return last_boxed(text)
+
+
+PLAN_SYSTEM_PROMPT = (
+    "Write a numbered plan to reach the goal, one short item per line "
+    "(1. ..., 2. ..., ...). When the plan is complete, write a last line: DONE"
+)
+_PLAN_ITEM = re.compile(r"^\s*(\d+)[.)]\s+(.*\S)\s*$")
+
+
+@dataclass(frozen=True)
+class PlanSteps:
+    """Numbered plan items, one per line; the plan is final at a line reading DONE."""
+
+    system_prompt: str = PLAN_SYSTEM_PROMPT
+    name: str = "plan"
+    delimiter: str = "\n"
+
+    def render_prompt(self, question: str, tokenizer: Any) -> str:
+        return _chat_prompt(tokenizer, self.system_prompt, f"Goal: {question}")
+
+    def is_final(self, step: str, *, eos: bool) -> bool:
+        return eos or step.strip().upper().rstrip(".") == "DONE"
+
+    def extract_answer(self, text: str) -> str | None:
+        items = [m.group(2) for line in text.splitlines() if (m := _PLAN_ITEM.match(line))]
+        return json.dumps(items) if items else None
+
+
+TOOL_SYSTEM_PROMPT = (
+    "Solve the task with tools. Each line is one JSON object: either "
+    '{"tool": NAME, "args": {...}} to call a tool, or {"final": ANSWER} to finish.'
+)
+
+
+@dataclass(frozen=True)
+class ToolCallSteps:
+    """One JSON tool call per line; the run is final at a {"final": ...} line."""
+
+    tools: tuple[str, ...] = ()
+    system_prompt: str = TOOL_SYSTEM_PROMPT
+    name: str = "tool_call"
+    delimiter: str = "\n"
+
+    def render_prompt(self, question: str, tokenizer: Any) -> str:
+        tools = f" Tools: {', '.join(self.tools)}." if self.tools else ""
+        return _chat_prompt(tokenizer, self.system_prompt + tools, question)
+
+    @staticmethod
+    def parse(step: str) -> dict[str, Any] | None:
+        """The JSON object of one step, or None when the step is not valid JSON."""
+        try:
+            obj = json.loads(step.strip())
+        except json.JSONDecodeError:
+            return None
+        return obj if isinstance(obj, dict) else None
+
+    def is_final(self, step: str, *, eos: bool) -> bool:
+        obj = self.parse(step)
+        return eos or (obj is not None and "final" in obj)
+
+    def extract_answer(self, text: str) -> str | None:
+        for line in reversed(text.splitlines()):
+            obj = self.parse(line)
+            if obj is not None and "final" in obj:
+                return str(obj["final"])
+        return None
+
+
+STEP_SPECS: dict[str, StepSpec] = {
+    "reasoning": ReasoningSteps(),
+    "plan": PlanSteps(),
+    "tool_call": ToolCallSteps(),
+}
+
+
+def get_step_spec(name: str) -> StepSpec:
+    """Look a built-in spec up by name, with an error that lists the known names."""
+    from .errors import ConfigError
+
+    try:
+        return STEP_SPECS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown step spec {name!r}; known: {', '.join(sorted(STEP_SPECS))}"
+        ) from None
