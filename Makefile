@@ -30,11 +30,12 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: setup lint
+# the real-pair test needs the embedded models: installed (or verified) first
+test: setup lint models
 	$(BIN)/pytest -q
 
-demo: setup
-	$(BIN)/python examples/quickstart.py
+demo: models
+	$(BIN)/specguard solve "$$(cat examples/demo_question.txt)" --max-steps 12
 
 bench: setup
 	$(BIN)/python benchmarks/step_overhead.py

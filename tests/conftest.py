@@ -12,3 +12,18 @@ from specguard_graph.testing import TinyModels, tiny_models
 @pytest.fixture(scope="session")
 def tiny() -> TinyModels:
     return tiny_models()
+
+
+@pytest.fixture(scope="session")
+def real_pair():
+    """The embedded Qwen pair. `make test` installs it first; a missing install fails the
+    test (CI must prove the real path) unless SPECGUARD_SKIP_REAL=1 is set."""
+    from specguard_graph.errors import ModelLoadError
+    from specguard_graph.models.loading import load_embedder, load_lm
+
+    try:
+        return load_lm("draft"), load_lm("target"), load_embedder()
+    except ModelLoadError as exc:
+        if os.environ.get("SPECGUARD_SKIP_REAL") == "1":
+            pytest.skip(f"real pair skipped: {exc}")
+        pytest.fail(f"{exc} (or set SPECGUARD_SKIP_REAL=1)")

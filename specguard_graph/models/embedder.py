@@ -26,8 +26,9 @@ class SentenceEmbedder:
             raise ModelLoadError(f"embedder directory does not exist: {path}")
         try:
             return cls(SentenceTransformer(str(path), device=device, local_files_only=True))
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise ModelLoadError(f"cannot load embedder from {path}: {exc}") from None
+        except Exception as exc:  # any parse failure of a user directory is a load error
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise ModelLoadError(f"cannot load embedder from {path}: {detail}") from None
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """Unit-norm embeddings, one row per text (empty texts embed like any other)."""

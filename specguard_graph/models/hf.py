@@ -198,8 +198,9 @@ class LocalCausalLM:
             model = AutoModelForCausalLM.from_pretrained(
                 src, dtype=dtype, attn_implementation="sdpa", **kwargs
             )
-        except (OSError, ValueError, RuntimeError, KeyError) as exc:
-            raise ModelLoadError(f"cannot load model from {path}: {exc}") from None
+        except Exception as exc:  # any parse failure of a user file is a load error
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            raise ModelLoadError(f"cannot load model from {path}: {detail}") from None
         model.to(device)
         if quantize == "int8":
             if device != "cpu":
@@ -261,6 +262,7 @@ class LocalCausalLM:
                 f"{self.name}'s window of {self.context_window} tokens"
             )
 
+    @torch.inference_mode()
     def _catch_up(self, pc: PrefixCache) -> None:
         """Make the cache hold exactly ids[:-1], feeding only the tokens it lacks."""
         want = pc.ids[:-1]

@@ -1,0 +1,273 @@
+"""The `specguard` command: solve questions with a live view, manage the embedded models."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from .config import SpecGuardConfig
+from .errors import ConfigError, InputError, SpecGuardError
+from .runtime import validate_question
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+models_app = typer.Typer(no_args_is_help=True, help="Install and list the embedded models.")
+app.add_typer(models_app, name="models")
+err = Console(stderr=True)
+out = Console()
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _questions(question: str | None, file: Path | None) -> list[str]:
+    if (question is None) == (file is None):
+        raise InputError("give either a QUESTION or --file questions.jsonl")
+    if question is not None:
+        return [validate_question(question)]
+    assert file is not None
+    try:
+        lines = file.read_text().splitlines()
+    except OSError as exc:
+        raise InputError(f"cannot read {file}: {exc.strerror}") from None
+    found = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            raise InputError(f"{file}:{n}: not a JSON object") from None
+        if not isinstance(obj, dict) or "question" not in obj:
+            raise InputError(f'{file}:{n}: expected {{"question": ...}}')
+        try:
+            found.append(validate_question(obj["question"]))
+        except InputError as exc:
+            raise InputError(f"{file}:{n}: {exc}") from None
+    if not found:
+        raise InputError(f"{file}: no questions")
+    return found
+
+
+def _config(path: Path | None, overrides: dict[str, Any]) -> SpecGuardConfig:
+    base = SpecGuardConfig.from_file(path) if path else SpecGuardConfig()
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return base.replace(**changes) if changes else base
+
+
+class LiveView:
+    """A rich table that grows one row per decided step, with the current candidates."""
+
+    def __init__(self, question: str):
+        self.question = question
+        self.rows: list[dict[str, Any]] = []
+        self.candidates: list[str] = []
+        self.status = "drafting step 0"
+
+    def handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "draft":
+            self.candidates = event["candidates"]
+            self.status = f"scoring step {event['step']}"
+        elif kind == "decision" and not event["accepted"]:
+            self.status = f"target recomputing step {event['step']} ({event['reason']})"
+        elif kind == "step":
+            self.rows.append(event)
+            self.status = f"drafting step {event['index'] + 1}"
+        elif kind == "done":
+            self.status = f"done: {event['status']}"
+
+    def render(self) -> Group:
+        table = Table(title=self.question, title_justify="left", expand=True)
+        for col, kw in (
+            ("#", {"justify": "right"}),
+            ("by", {}),
+            ("ground", {"justify": "right"}),
+            ("logp", {"justify": "right"}),
+            ("score", {"justify": "right"}),
+            ("k", {"justify": "right"}),
+            ("step", {"ratio": 1, "overflow": "fold"}),
+        ):
+            table.add_column(col, **kw)
+        for r in self.rows:
+            colour = "green" if r["source"] == "draft" else "yellow"
+            table.add_row(
+                str(r["index"]),
+                Text(r["source"], style=colour),
+                _num(r.get("grounding")),
+                _num(r.get("logprob"), 2),
+                _num(r.get("score")),
+                str(len(r.get("candidates") or [])),
+                r["text"].strip(),
+            )
+        shown = [f"  [{i}] {c.strip()[:100]!r}" for i, c in enumerate(self.candidates)]
+        return Group(table, Text(self.status, style="bold"), Text("\n".join(shown), style="dim"))
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+@app.command()
+def solve(
+    question: Annotated[str | None, typer.Argument(help="the question to solve")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="JSONL of {question}")] = None,
+    draft: Annotated[str | None, typer.Option(help="draft model dir or .gguf")] = None,
+    target: Annotated[str | None, typer.Option(help="target model dir or .gguf")] = None,
+    embedder: Annotated[str | None, typer.Option(help="sentence-transformers dir")] = None,
+    k: Annotated[int | None, typer.Option(help="draft candidates per step")] = None,
+    tau: Annotated[float | None, typer.Option(help="accept threshold in [0, 1]")] = None,
+    beta: Annotated[float | None, typer.Option(help="log-prob weight in [0, 1]")] = None,
+    signal_model: Annotated[str | None, typer.Option(help="draft | target")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="stop after N steps")] = None,
+    max_step_tokens: Annotated[int | None, typer.Option(help="cut a step after N tokens")] = None,
+    seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
+    config: Annotated[Path | None, typer.Option(help="config JSON (from calibrate)")] = None,
+    steps: Annotated[
+        str, typer.Option(help="step spec: reasoning | plan | tool_call")
+    ] = "reasoning",
+    as_json: Annotated[bool, typer.Option("--json", help="print the JSON trace")] = False,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
+    quantize: Annotated[str, typer.Option(help="auto | none | int8 (CPU)")] = "auto",
+) -> None:
+    """Solve QUESTION (or every line of --file) with SpecGuard."""
+    try:
+        from .steps import get_step_spec
+
+        questions = _questions(question, file)
+        cfg = _config(
+            config,
+            dict(
+                k=k,
+                tau=tau,
+                beta=beta,
+                signal_model=signal_model,
+                max_steps=max_steps,
+                max_step_tokens=max_step_tokens,
+                seed=seed,
+            ),
+        )
+        spec = get_step_spec(steps)
+        if quantize not in ("auto", "none", "int8"):
+            raise ConfigError(f"--quantize must be auto, none or int8, got {quantize!r}")
+        graph = _load_graph(draft, target, embedder, cfg, spec, device, dtype, quantize)
+        for q in questions:
+            _run_one(graph, q, as_json=as_json or file is not None)
+    except SpecGuardError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted", 130) from None
+
+
+def _load_graph(draft, target, embedder, cfg, spec, device, dtype, quantize):
+    from transformers.utils import logging as hf_logging
+
+    from .graph import build_graph
+    from .models.loading import load_embedder, load_lm
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
+    with err.status("loading models (once per process)…"):
+        d = load_lm("draft", draft, device=device, dtype=dtype, quantize=quantize)
+        t = load_lm("target", target, device=device, dtype=dtype, quantize=quantize)
+        e = load_embedder(embedder) if cfg.k > 1 else None
+    if d.tokenizer.get_vocab() != t.tokenizer.get_vocab():
+        err.print(
+            "[yellow]warning:[/] draft and target tokenizers differ: step-level decoding "
+            "works (steps pass as text), but the token-level SD baseline cannot run"
+        )
+    return build_graph(d, t, embedder=e, steps=spec, config=cfg).compile()
+
+
+def _run_one(graph: Any, question: str, *, as_json: bool) -> None:
+    from .trace import to_trace
+
+    result: dict[str, Any] = {}
+    if as_json:
+        result = graph.invoke({"question": question})
+        sys.stdout.write(json.dumps(to_trace(result)) + "\n")
+        sys.stdout.flush()
+        return
+    view = LiveView(question)
+    with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
+        for mode, data in graph.stream({"question": question}, stream_mode=["custom", "values"]):
+            if mode == "custom":
+                view.handle(data)
+                live.update(view.render())
+            else:
+                result = data
+    trace = to_trace(result)
+    t, c = trace["timing"], trace["counts"]
+    out.print(
+        f"[bold]answer:[/] {trace['answer']}   status={trace['status']}   "
+        f"steps={c['steps']} (target {c['target_steps']})   total {t['total_s']:.1f}s = "
+        f"draft {t['draft_s']:.1f}s + verify {t['verify_s']:.2f}s + target {t['target_s']:.1f}s"
+    )
+
+
+@models_app.command("install")
+def models_install() -> None:
+    """Download, assemble, verify and convert the embedded default models (idempotent)."""
+    from .models.install import install
+    from .models.registry import DEFAULTS
+
+    try:
+        with Progress(
+            TextColumn("{task.description:<28}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeElapsedColumn(),
+            console=err,
+        ) as progress:
+            for role, spec in DEFAULTS.items():
+                tasks: dict[str, int] = {}
+
+                def report(
+                    phase: str, done: int, total: int, role: str = role, tasks: dict = tasks
+                ) -> None:
+                    if phase not in tasks:
+                        tasks[phase] = progress.add_task(f"{role}: {phase}", total=total)
+                    progress.update(tasks[phase], completed=done, total=total)
+
+                path, what = install(role, report)
+                for task in tasks.values():
+                    progress.remove_task(task)
+                progress.console.print(f"{role:8} {spec.name:30} {what:9} {path}")
+    except SpecGuardError as exc:
+        raise _fail(str(exc)) from None
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Show the default models: installed or not, where, and their size."""
+    from .models.install import installed
+
+    table = Table("role", "model", "installed", "size", "path")
+    for row in installed():
+        size = f"{row['bytes'] / 2**30:.2f} GiB" if row["installed"] else "—"
+        table.add_row(
+            row["role"], row["name"], "yes" if row["installed"] else "no", size, row["path"]
+        )
+    out.print(table)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    warnings.filterwarnings("ignore")
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

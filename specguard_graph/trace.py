@@ -1,0 +1,25 @@
+"""The JSON trace of one run, exactly as DESIGN.md's contract names its keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+STEP_KEYS = ("index", "text", "source", "grounding", "logprob", "score", "accepted", "candidates")
+TIMING_KEYS = ("total_s", "draft_s", "verify_s", "target_s")
+COUNT_KEYS = ("steps", "target_steps", "draft_tokens", "target_tokens")
+
+
+def to_trace(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The contract's object from a graph result (plus `status`, so a cut run says so)."""
+    timing = result.get("timing") or {}
+    counts = result.get("counts") or {}
+    return {
+        "question": result.get("question"),
+        "answer": result.get("answer"),
+        "text": result.get("text", ""),
+        "status": result.get("status"),
+        "steps": [{k: s.get(k) for k in STEP_KEYS} for s in result.get("steps") or []],
+        "timing": {k: round(float(timing.get(k, 0.0)), 4) for k in TIMING_KEYS},
+        "counts": {k: int(counts.get(k, 0)) for k in COUNT_KEYS},
+    }

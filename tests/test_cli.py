@@ -1,0 +1,110 @@
+"""The `specguard` command on tiny models saved to disk, as a user would call it."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specguard_graph.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory, tiny):
+    root = tmp_path_factory.mktemp("models")
+    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
+        lm.model.save_pretrained(root / name)
+        lm.tokenizer.save_pretrained(root / name)
+    tiny.embedder.model.save(str(root / "embedder"))
+    return root
+
+
+def args(root, *extra):
+    return [
+        "solve",
+        "--draft", str(root / "draft"),
+        "--target", str(root / "target"),
+        "--embedder", str(root / "embedder"),
+        "--max-steps", "3",
+        "--max-step-tokens", "12",
+        *extra,
+    ]  # fmt: skip
+
+
+def test_solve_json_prints_the_contract(model_dirs):
+    res = runner.invoke(app, [*args(model_dirs, "--json", "--k", "2"), "What is 2 + 3?"])
+    assert res.exit_code == 0, res.output
+    trace = json.loads(res.stdout.strip().splitlines()[-1])
+    assert set(trace) >= {"question", "answer", "text", "steps", "timing", "counts"}
+    assert set(trace["timing"]) == {"total_s", "draft_s", "verify_s", "target_s"}
+    assert set(trace["counts"]) == {"steps", "target_steps", "draft_tokens", "target_tokens"}
+    assert len(trace["steps"]) == trace["counts"]["steps"] == 3
+    step_keys = {"index", "text", "source", "grounding", "logprob", "score", "accepted"}
+    assert set(trace["steps"][0]) == step_keys | {"candidates"}
+    assert len(trace["steps"][0]["candidates"]) == 2
+
+
+def test_solve_file_prints_one_json_line_per_question(model_dirs, tmp_path):
+    f = tmp_path / "q.jsonl"
+    f.write_text('{"question": "What is 1 + 1?"}\n\n{"question": "What is 2 + 2?"}\n')
+    res = runner.invoke(app, [*args(model_dirs, "--k", "1"), "--file", str(f)])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines() if x.startswith("{")]
+    assert [x["question"] for x in lines] == ["What is 1 + 1?", "What is 2 + 2?"]
+
+
+def test_solve_live_view_shows_steps_and_answer(model_dirs):
+    res = runner.invoke(app, [*args(model_dirs, "--k", "2"), "What is 2 + 3?"])
+    assert res.exit_code == 0, res.output
+    assert "answer:" in res.stdout and "status=max_steps" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["   "], "question is empty"),
+        (["--k", "0", "q"], "k:"),
+        (["--tau", "1.5", "q"], "tau:"),
+        (["--beta", "-1", "q"], "beta:"),
+        (["--signal-model", "judge", "q"], "signal_model"),
+        (["--steps", "poem", "q"], "unknown step spec"),
+        (["--draft", "/nonexistent/model", "q"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_non_zero(model_dirs, extra, message):
+    base = args(model_dirs)
+    if extra[0] == "--draft":
+        base[base.index("--draft") + 1] = extra[1]
+        extra = extra[2:]
+    res = runner.invoke(app, [*base, *extra])
+    assert res.exit_code == 2
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], res.stderr
+
+
+def test_truncated_gguf_is_named(model_dirs, tmp_path):
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 10)
+    base = args(model_dirs)
+    base[base.index("--target") + 1] = str(bad)
+    res = runner.invoke(app, [*base, "q"])
+    assert res.exit_code == 2 and "cut.gguf" in res.stderr and "Traceback" not in res.output
+
+
+def test_too_long_a_question_is_a_clear_error(model_dirs):
+    res = runner.invoke(app, [*args(model_dirs, "--k", "1"), "word " * 5000])
+    assert res.exit_code == 2 and "window" in res.stderr, res.output
+
+
+def test_models_list_runs_without_models(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECGUARD_HOME", str(tmp_path))
+    res = runner.invoke(app, ["models", "list"])
+    assert res.exit_code == 0 and "qwen2.5-coder-0.5b" in res.stdout
+
+
+def test_default_models_missing_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECGUARD_HOME", str(tmp_path))
+    res = runner.invoke(app, ["solve", "What is 2 + 3?"])
+    assert res.exit_code == 2 and "specguard models install" in res.stderr
