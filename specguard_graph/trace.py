@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-STEP_KEYS = ("index", "text", "source", "grounding", "logprob", "score", "accepted", "candidates")
+STEP_KEYS = (
+    "index", "text", "source", "grounding", "logprob", "score", "accepted", "candidates", "cut",
+)  # fmt: skip
 TIMING_KEYS = ("total_s", "draft_s", "verify_s", "target_s")
 COUNT_KEYS = ("steps", "target_steps", "draft_tokens", "target_tokens")
 

@@ -41,7 +41,7 @@ def test_solve_json_prints_the_contract(model_dirs):
     assert set(trace["counts"]) == {"steps", "target_steps", "draft_tokens", "target_tokens"}
     assert len(trace["steps"]) == trace["counts"]["steps"] == 3
     step_keys = {"index", "text", "source", "grounding", "logprob", "score", "accepted"}
-    assert set(trace["steps"][0]) == step_keys | {"candidates"}
+    assert set(trace["steps"][0]) == step_keys | {"candidates", "cut"}
     assert len(trace["steps"][0]["candidates"]) == 2
 
 

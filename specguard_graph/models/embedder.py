@@ -32,11 +32,13 @@ class SentenceEmbedder:
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """Unit-norm embeddings, one row per text (empty texts embed like any other)."""
-        with self._lock:
-            out = self.model.encode(
-                list(texts),
-                convert_to_tensor=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
-        return out.float().cpu()
+        # one forward on the batch: encode()'s length sorting, batching and progress plumbing
+        # cost more than the tiny forward itself on k short steps
+        with self._lock, torch.inference_mode():
+            features = self.model.preprocess(list(texts))
+            features = {
+                k: v.to(self.model.device) if isinstance(v, torch.Tensor) else v
+                for k, v in features.items()
+            }
+            out = self.model(features)["sentence_embedding"]
+        return torch.nn.functional.normalize(out.float(), dim=-1).cpu()

@@ -9,6 +9,7 @@ a step the other model wrote is fed in one prefill the next time this model is n
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from transformers import (
     AutoTokenizer,
     DynamicCache,
     GenerationConfig,
+    InfNanRemoveLogitsProcessor,
     LogitsProcessor,
     LogitsProcessorList,
     PreTrainedModel,
@@ -35,6 +37,10 @@ from ..errors import InputError, ModelLoadError
 from .capture import ATTN_IMPLEMENTATION, AttentionCapture, capture_attention
 
 StepEnd = Literal["delimiter", "eos", "length"]
+
+# transformers samples from torch's global RNG; seeding it and sampling must be one atomic
+# act across all models, or concurrent runs would consume each other's random numbers
+_RNG_LOCK = threading.Lock()
 
 
 @dataclass
@@ -313,7 +319,9 @@ class LocalCausalLM:
             prefix = len(pc.ids)
             input_ids = torch.tensor([pc.ids] * n, device=self.device)
             recorder = _LogprobRecorder()
-            processors: list[LogitsProcessor] = [recorder]
+            # record first (raw log-probs, NaN included, so the step is flagged and routed to
+            # the target), then make the logits safe to sample from
+            processors: list[LogitsProcessor] = [recorder, InfNanRemoveLogitsProcessor()]
             greedy = temperature <= 0.0
             if not greedy:
                 if temperature != 1.0:
@@ -330,19 +338,21 @@ class LocalCausalLM:
                 pad_token_id=self.pad_id,
                 return_dict_in_generate=True,
             )
-            torch.manual_seed(seed)
             cap_layers = capture_layers or frozenset()
-            with capture_attention(cap_layers) as cap:
-                out = self.model.generate(
-                    input_ids=input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    cache=cache,
-                    generation_config=config,
-                    logits_processor=LogitsProcessorList(processors),
-                    stopping_criteria=StoppingCriteriaList(
-                        [_StepDelimiterCriteria(self.tokenizer, delimiter, prefix)]
-                    ),
-                )
+            with _RNG_LOCK if not greedy else contextlib.nullcontext():
+                if not greedy:
+                    torch.manual_seed(seed)
+                with capture_attention(cap_layers) as cap:
+                    out = self.model.generate(
+                        input_ids=input_ids,
+                        attention_mask=torch.ones_like(input_ids),
+                        cache=cache,
+                        generation_config=config,
+                        logits_processor=LogitsProcessorList(processors),
+                        stopping_criteria=StoppingCriteriaList(
+                            [_StepDelimiterCriteria(self.tokenizer, delimiter, prefix)]
+                        ),
+                    )
             sequences = out.sequences
             recorder.finish(sequences)
             gen_cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)

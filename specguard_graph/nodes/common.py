@@ -48,6 +48,7 @@ def finish_step(
 ) -> dict[str, Any]:
     """Append a step; when it ends the run, also the text, answer and status."""
     record["fed"] = session.fed_since_step_start()
+    record["time_s"] = time.perf_counter() - session.step_started
     steps = [*(state.get("steps") or []), record]
     session.n_steps = len(steps)
     session.sample = None

@@ -19,6 +19,7 @@ class DraftNode:
         session = deps.sessions.get(state)
         index = step_index(state)
         session.counters_at_step = session.counters()
+        session.step_started = t0
         capture = (
             deps.draft.capture_layers(cfg.grounding_layers) if cfg.signal_model == "draft" else None
         )

@@ -51,7 +51,6 @@ class TargetNode:
             "ended": cand.ended,
             "cut": cand.ended == "length",
             "tokens": len(cand.token_ids),
-            "time_s": elapsed,
         }
         update = finish_step(deps, state, session, record)
         update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})
