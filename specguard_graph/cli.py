@@ -17,6 +17,7 @@ from rich.text import Text
 
 from .config import SpecGuardConfig
 from .errors import ConfigError, InputError, SpecGuardError
+from .results import ResultLog
 from .runtime import validate_question
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -138,6 +139,10 @@ def solve(
         str, typer.Option(help="step spec: reasoning | plan | tool_call")
     ] = "reasoning",
     as_json: Annotated[bool, typer.Option("--json", help="print the JSON trace")] = False,
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out", help="append traces here (fsynced); a rerun skips finished ones"),
+    ] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
     quantize: Annotated[str, typer.Option(help="auto | none | int8 (CPU)")] = "auto",
@@ -162,9 +167,18 @@ def solve(
         spec = get_step_spec(steps)
         if quantize not in ("auto", "none", "int8"):
             raise ConfigError(f"--quantize must be auto, none or int8, got {quantize!r}")
+        log = ResultLog(out_file, key="key") if out_file else None
+        finished = log.done() if log else {}
+        todo = [(i, q) for i, q in enumerate(questions) if f"{i}:{q}" not in finished]
+        if log and len(todo) < len(questions):
+            err.print(f"resuming: {len(questions) - len(todo)} already in {out_file}")
+        if not todo:
+            return
         graph = _load_graph(draft, target, embedder, cfg, spec, device, dtype, quantize)
-        for q in questions:
-            _run_one(graph, q, as_json=as_json or file is not None)
+        for i, q in todo:
+            trace = _run_one(graph, q, as_json=as_json or file is not None)
+            if log:
+                log.append({"key": f"{i}:{q}", **trace})
     except SpecGuardError as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
@@ -192,15 +206,15 @@ def _load_graph(draft, target, embedder, cfg, spec, device, dtype, quantize):
     return build_graph(d, t, embedder=e, steps=spec, config=cfg).compile()
 
 
-def _run_one(graph: Any, question: str, *, as_json: bool) -> None:
+def _run_one(graph: Any, question: str, *, as_json: bool) -> dict[str, Any]:
     from .trace import to_trace
 
     result: dict[str, Any] = {}
     if as_json:
-        result = graph.invoke({"question": question})
-        sys.stdout.write(json.dumps(to_trace(result)) + "\n")
+        trace = to_trace(graph.invoke({"question": question}))
+        sys.stdout.write(json.dumps(trace) + "\n")
         sys.stdout.flush()
-        return
+        return trace
     view = LiveView(question)
     with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
         for mode, data in graph.stream({"question": question}, stream_mode=["custom", "values"]):
@@ -216,6 +230,7 @@ def _run_one(graph: Any, question: str, *, as_json: bool) -> None:
         f"steps={c['steps']} (target {c['target_steps']})   total {t['total_s']:.1f}s = "
         f"draft {t['draft_s']:.1f}s + verify {t['verify_s']:.2f}s + target {t['target_s']:.1f}s"
     )
+    return trace
 
 
 @models_app.command("install")

@@ -108,3 +108,34 @@ def test_default_models_missing_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECGUARD_HOME", str(tmp_path))
     res = runner.invoke(app, ["solve", "What is 2 + 3?"])
     assert res.exit_code == 2 and "specguard models install" in res.stderr
+
+
+def test_out_file_survives_a_kill_and_resumes(model_dirs, tmp_path):
+    """Kill `solve --file --out` mid-run: finished traces stay, a rerun does only the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(f'{{"question": "What is {i} + {i}?"}}\n' for i in range(6)))
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "specguard_graph.cli", *args(model_dirs, "--k", "1"),
+           "--max-step-tokens", "40", "--file", str(questions), "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = [json.loads(x) for x in out.read_text().splitlines() if x.endswith("}")]
+    assert 2 <= len(kept) < 6, "killed after two finished questions"
+    res = runner.invoke(app, [*args(model_dirs, "--k", "1"), "--max-step-tokens", "40",
+                              "--file", str(questions), "--out", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert f"resuming: {len(kept)} already" in res.stderr
+    final = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted(r["key"] for r in final) == sorted(f"{i}:What is {i} + {i}?" for i in range(6))
+    assert final[: len(kept)] == kept  # finished results were never rewritten
