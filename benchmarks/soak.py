@@ -43,13 +43,18 @@ def main() -> None:
             rss = proc.memory_info().rss / 2**20
             xs.append(i)
             ys.append(rss)
-            sessions = len(graph.builder.nodes["draft_k"].runnable.func.deps.sessions) if hasattr(
-                graph.builder.nodes["draft_k"].runnable, "func") else "?"
+            sessions = (
+                len(graph.builder.nodes["draft_k"].runnable.func.deps.sessions)
+                if hasattr(graph.builder.nodes["draft_k"].runnable, "func")
+                else "?"
+            )
             print(f"| {i} | {rss:.1f} | {sessions} |", flush=True)
     half = len(xs) // 2
-    print(f"slope over runs {xs[half]}..{xs[-1]}: "
-          f"{100 * slope(xs[half:], ys[half:]):+.2f} MB per 100 runs; "
-          f"whole series {100 * slope(xs, ys):+.2f} MB per 100 runs")
+    print(
+        f"slope over runs {xs[half]}..{xs[-1]}: "
+        f"{100 * slope(xs[half:], ys[half:]):+.2f} MB per 100 runs; "
+        f"whole series {100 * slope(xs, ys):+.2f} MB per 100 runs"
+    )
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 from .config import SpecGuardConfig
 from .errors import ConfigError, InputError, ModelLoadError, SpecGuardError
 from .graph import NODES, build_graph
+from .models.callable import CallableStepModel, StepOutput
 from .models.embedder import SentenceEmbedder
 from .models.hf import LocalCausalLM
 from .steps import PlanSteps, ReasoningSteps, StepSpec, ToolCallSteps, get_step_spec
 
 __all__ = [
     "NODES",
+    "CallableStepModel",
     "ConfigError",
     "InputError",
     "LocalCausalLM",
@@ -18,6 +20,7 @@ __all__ = [
     "SentenceEmbedder",
     "SpecGuardConfig",
     "SpecGuardError",
+    "StepOutput",
     "StepSpec",
     "ToolCallSteps",
     "build_graph",

@@ -8,6 +8,7 @@ from langgraph.graph import END, START, StateGraph
 
 from .config import SpecGuardConfig
 from .errors import ConfigError
+from .models.callable import CallableStepModel
 from .models.embedder import SentenceEmbedder
 from .models.hf import LocalCausalLM
 from .nodes.common import Deps
@@ -20,6 +21,8 @@ from .nodes.target import TargetNode
 from .runtime import SessionStore
 from .state import InputState, OutputState, SpecGuardState
 from .steps import ReasoningSteps, StepSpec
+
+StepModel = LocalCausalLM | CallableStepModel
 
 NODES = (
     "draft_k",
@@ -41,9 +44,22 @@ def route_after_target(state: SpecGuardState) -> Literal["draft_k", "__end__"]:
     return END if state.get("status") else "draft_k"
 
 
+def _check_signals(draft: StepModel, target: StepModel, config: SpecGuardConfig) -> None:
+    """Refuse configs that weigh a signal the backend cannot produce."""
+    if config.signal_model == "target" and not isinstance(target, LocalCausalLM):
+        raise ConfigError('signal_model="target" needs a local Hugging Face target')
+    if config.signal_model == "draft" and isinstance(draft, CallableStepModel):
+        if not draft.has_logprobs and not draft.has_attentions:
+            raise ConfigError(f"{draft.name} gives neither log-probs nor attentions: no signal")
+        if not draft.has_logprobs and config.beta > 0:
+            raise ConfigError(f"{draft.name} gives no log-probs: set beta=0 (grounding only)")
+        if not draft.has_attentions and config.beta < 1:
+            raise ConfigError(f"{draft.name} gives no attentions: set beta=1 (log-probs only)")
+
+
 def build_graph(
-    draft: LocalCausalLM,
-    target: LocalCausalLM,
+    draft: StepModel,
+    target: StepModel,
     *,
     embedder: SentenceEmbedder | None = None,
     steps: StepSpec | None = None,
@@ -56,6 +72,7 @@ def build_graph(
         raise ConfigError(f"steps must implement the StepSpec protocol, got {type(spec).__name__}")
     if config.k > 1 and embedder is None:
         raise ConfigError("k > 1 needs an embedder for the consistency vote (or set k=1)")
+    _check_signals(draft, target, config)
     deps = Deps(
         draft=draft,
         target=target,
@@ -63,7 +80,9 @@ def build_graph(
         spec=spec,
         config=config,
         sessions=SessionStore(draft, target, spec),
-        shared_vocab=draft.tokenizer.get_vocab() == target.tokenizer.get_vocab(),
+        shared_vocab=isinstance(draft, LocalCausalLM)
+        and isinstance(target, LocalCausalLM)
+        and draft.tokenizer.get_vocab() == target.tokenizer.get_vocab(),
     )
     g = StateGraph(SpecGuardState, input_schema=InputState, output_schema=OutputState)
     g.add_node("draft_k", DraftNode(deps))

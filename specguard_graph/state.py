@@ -32,7 +32,7 @@ class StepRecord(TypedDict, total=False):
 
     index: int
     text: str
-    source: Literal["draft", "target"]
+    source: Literal["draft", "target", "human"]
     grounding: float | None
     logprob: float | None
     score: float | None

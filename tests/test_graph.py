@@ -192,3 +192,31 @@ def test_a_lost_session_is_rebuilt_from_the_state(tiny):
     out = graph2.invoke(None, thread)
     assert out["steps"][: len(first)] == first
     assert len(out["steps"]) == 4
+
+
+def test_interrupt_on_reject_lets_the_caller_accept_edit_or_recompute(tiny):
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    cfg = SpecGuardConfig(k=2, tau=1.0, max_steps=3, max_step_tokens=10,
+                          interrupt_on_reject=True)  # fmt: skip
+    graph = build_graph(tiny.draft, tiny.target, embedder=tiny.embedder, config=cfg).compile(
+        checkpointer=InMemorySaver()
+    )
+    thread = {"configurable": {"thread_id": "hitl"}}
+    out = graph.invoke(Q, thread)
+    (pause,) = out["__interrupt__"]
+    assert (
+        pause.value["step"] == 0 and "score" in pause.value and pause.value["candidate"] is not None
+    )
+    out = graph.invoke(Command(resume="accept"), thread)
+    assert out["__interrupt__"][0].value["step"] == 1
+    out = graph.invoke(Command(resume={"edit": "So May had 24 clips."}), thread)
+    assert out["__interrupt__"][0].value["step"] == 2
+    out = graph.invoke(Command(resume="recompute"), thread)
+    assert "__interrupt__" not in out
+    sources = [s["source"] for s in out["steps"]]
+    assert sources == ["draft", "human", "target"]
+    assert out["steps"][0]["reason"] == "accepted by the caller"
+    assert out["steps"][1]["text"] == "So May had 24 clips."
+    assert "So May had 24 clips.\n\n" in out["text"]

@@ -69,10 +69,11 @@ class Candidate:
     token_logprobs: list[float]
     ended: StepEnd
     row: int
+    scored: int | None = None  # set when a backend scores tokens it gives no log-probs for
 
     @property
     def n_scored(self) -> int:
-        return len(self.token_logprobs)
+        return len(self.token_logprobs) if self.scored is None else self.scored
 
 
 @dataclass
@@ -84,9 +85,14 @@ class Sample:
     cache: Any
     cache_ids: list[list[int]]
     capture: AttentionCapture | None
+    precomputed: list[list[torch.Tensor]] | None = None  # from backends that return them
 
     def attentions(self, row: int) -> list[torch.Tensor]:
         """Captured rows of candidate `row` per layer (oldest first), heads x S x (P + S)."""
+        if self.precomputed is not None:
+            if not self.precomputed[row]:
+                raise ValueError("this backend gave no attentions")
+            return self.precomputed[row]
         if self.capture is None:
             raise ValueError("attention was not captured for this sample")
         cand = self.candidates[row]

@@ -7,7 +7,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from langgraph.types import interrupt
+
 from ..config import SpecGuardConfig
+from ..errors import InputError
 from ..runtime import step_separator
 from ..state import SpecGuardState, StepRecord, add_numbers
 from .common import Deps, emit, finish_step, step_index
@@ -49,8 +52,15 @@ class DecideNode:
         deps = self.deps
         index, sel = step_index(state), state["selected"]
         g, lp = state.get("grounding"), state.get("logprob")
-        errors = [e for e in (state.get("grounding_error"), state.get("logprob_error")) if e]
-        if errors or g is None or lp is None:
+        # a signal with zero weight (beta = 0 or 1) is not needed, so its absence is no error
+        need_g, need_lp = deps.config.beta < 1.0, deps.config.beta > 0.0
+        errors = [
+            e
+            for needed, e in ((need_g, state.get("grounding_error")),
+                              (need_lp, state.get("logprob_error")))
+            if needed and e
+        ]  # fmt: skip
+        if errors or (need_g and g is None) or (need_lp and lp is None):
             decision: dict[str, Any] = {
                 "step": index,
                 "accepted": False,
@@ -60,7 +70,7 @@ class DecideNode:
                 "reason": "; ".join(errors) or "missing signal",
             }
         else:
-            d = decide_step(g, lp, deps.config)
+            d = decide_step(g if need_g else 0.0, lp if need_lp else -math.inf, deps.config)
             decision = {
                 "step": index,
                 "accepted": d.accepted,
@@ -71,10 +81,70 @@ class DecideNode:
             }
         emit("decision", **decision)
         update: dict[str, Any] = {"decision": decision}
-        if decision["accepted"]:
+        edited = None
+        if not decision["accepted"] and deps.config.interrupt_on_reject:
+            edited = self._ask(state, sel, decision)
+        if edited is not None:
+            update |= self._commit_text(state, edited, decision)
+        elif decision["accepted"]:
             update |= self._commit(state, sel, decision)
         update["timing"] = add_numbers(update.get("timing"), {"verify_s": time.perf_counter() - t0})
         return update
+
+    def _ask(self, state: SpecGuardState, sel: int, decision: dict[str, Any]) -> str | None:
+        """Pause the run on a rejected step. The caller resumes with "accept", "recompute",
+        or the step text to use instead (a string, or {"edit": text}); returns that text."""
+        cand = state["candidates"][sel]
+        reply = interrupt(
+            {
+                "step": decision["step"],
+                "candidate": cand["text"],
+                "grounding": state.get("grounding"),
+                "logprob": state.get("logprob"),
+                "score": decision["score"],
+                "reason": decision["reason"],
+                "resume_with": ["accept", "recompute", {"edit": "<step text>"}],
+            }
+        )
+        if reply == "accept":
+            decision.update(accepted=True, reason="accepted by the caller")
+            return None
+        if reply == "recompute":
+            return None
+        text = reply.get("edit") if isinstance(reply, dict) else reply
+        if not isinstance(text, str):
+            raise InputError(
+                'resume with "accept", "recompute" or {"edit": "<step text>"}, got ' + repr(reply)
+            )
+        decision.update(accepted=True, reason="edited by the caller")
+        return text
+
+    def _commit_text(
+        self, state: SpecGuardState, text: str, decision: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Commit a step neither model wrote (a caller's edit): both models are fed it."""
+        deps = self.deps
+        session = deps.sessions.get(state)
+        piece = text + deps.spec.delimiter
+        deps.draft.append_text(session.draft, piece)
+        deps.target.append_text(session.target, piece)
+        record: StepRecord = {
+            "index": step_index(state),
+            "text": text,
+            "source": "human",
+            "grounding": state.get("grounding"),
+            "logprob": state.get("logprob"),
+            "score": decision["score"],
+            "accepted": True,
+            "candidates": [c["text"] for c in state["candidates"]],
+            "selected": state["selected"],
+            "draft_text": state["candidates"][state["selected"]]["text"],
+            "reason": decision["reason"],
+            "ended": "delimiter",
+            "cut": False,
+            "tokens": len(deps.draft.encode(piece)),
+        }
+        return finish_step(deps, state, session, record)
 
     def _commit(self, state: SpecGuardState, sel: int, decision: dict[str, Any]) -> dict[str, Any]:
         deps = self.deps
@@ -101,7 +171,7 @@ class DecideNode:
             "accepted": True,
             "candidates": [c["text"] for c in state["candidates"]],
             "selected": sel,
-            "reason": None,
+            "reason": decision["reason"],
             "ended": cand["ended"],
             "cut": cand["ended"] == "length",
             "tokens": cand["tokens"],

@@ -68,22 +68,20 @@ class GroundingNode:
         session = deps.sessions.get(state)
         sel = state["selected"]
         sample = captured_sample(deps, state, session)
-        update: dict[str, Any] = {}
-        if sample is not None:
-            n, atts, prefix = sample.candidates[sel].n_scored, None, sample.prefix_len
-            if n:
-                atts = sample.attentions(sel)
-        else:
-            _, atts, prefix = scored_signals(deps, state, session)
-            n = len(atts[0][0]) if atts else 0
-        if not n or atts is None:
-            update.update(grounding=None, grounding_error="empty step")
-        else:
-            try:
+        update: dict[str, Any] = {"grounding": None}
+        try:
+            if sample is not None:
+                prefix = sample.prefix_len
+                atts = sample.attentions(sel) if sample.candidates[sel].n_scored else []
+            else:
+                _, atts, prefix = scored_signals(deps, state, session)
+            if not atts:
+                update["grounding_error"] = "empty step"
+            else:
                 g, per_token = grounding_score(atts, prefix, sparsify=deps.config.sparsify)
                 update.update(grounding=g, grounding_tokens=per_token, grounding_error=None)
-            except ValueError as exc:
-                update.update(grounding=None, grounding_error=str(exc))
+        except (ValueError, NotImplementedError) as exc:
+            update["grounding_error"] = f"grounding unavailable: {exc}"
         elapsed = time.perf_counter() - t0
         emit("grounding", step=step_index(state), grounding=update["grounding"])
         update["timing"] = {"verify_s": elapsed}

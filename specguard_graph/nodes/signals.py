@@ -37,7 +37,10 @@ def scored_signals(deps: Deps, state: SpecGuardState, session: RunSession) -> Si
         if not ids:
             return [], [], len(pc.ids)
         prefix = len(pc.ids)
-        lps, atts = model.score(pc, ids, model.capture_layers(deps.config.grounding_layers))
+        try:
+            lps, atts = model.score(pc, ids, model.capture_layers(deps.config.grounding_layers))
+        except NotImplementedError:  # a callable backend cannot re-score a lost sample
+            return [], [], prefix
         return lps, atts, prefix
 
     return session.signals((model.name + str(id(model)), index, sel), compute)

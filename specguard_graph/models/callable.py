@@ -1,0 +1,111 @@
+"""Bring your own draft or target: any callable that writes steps.
+
+`fn(prompt, n, *, delimiter, max_new_tokens, temperature, seed)` returns n steps, each a
+string or a `StepOutput` carrying what the backend can give: token log-probs (for LPBV)
+and attention rows (for ABGV). Signals a backend cannot give must be switched off
+explicitly in the config: no log-probs -> `beta=0` (grounding only); no attentions ->
+`beta=1` (log-probs only). `build_graph` refuses a config that relies on a missing signal.
+
+Context is kept as text; "tokens" in counts are characters for such models, and a
+callable target cannot score (`signal_model="target"` needs a local HF target).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from .hf import Candidate, PrefixCache, Sample
+
+
+@dataclass
+class StepOutput:
+    text: str
+    token_logprobs: Sequence[float] | None = None
+    attentions: Sequence[torch.Tensor] | None = None  # per layer: heads x S x (P + S)
+    prefix_len: int | None = None  # P of the attentions
+    ended: Literal["delimiter", "eos", "length"] = "delimiter"
+
+
+StepFn = Callable[..., Sequence["StepOutput | str"]]
+
+
+class CallableStepModel:
+    """Adapts a step-writing callable to the interface the graph's nodes use."""
+
+    tokenizer: Any = None
+    context_window = 1 << 30
+    num_layers = 0
+
+    def __init__(
+        self,
+        fn: StepFn,
+        *,
+        name: str = "callable",
+        has_logprobs: bool = False,
+        has_attentions: bool = False,
+        tokenizer: Any = None,
+    ):
+        self.fn, self.name = fn, name
+        self.has_logprobs, self.has_attentions = has_logprobs, has_attentions
+        self.tokenizer = tokenizer  # only used to render chat prompts, if given
+
+    def capture_layers(self, n: int) -> frozenset[int]:
+        return frozenset()
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(ch) for ch in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def new_prefix(self, prompt: str) -> PrefixCache:
+        return PrefixCache(ids=self.encode(prompt))
+
+    def append_text(self, pc: PrefixCache, text: str) -> None:
+        pc.extend(self.encode(text))
+
+    def adopt(self, pc: PrefixCache, sample: Sample, row: int) -> None:
+        pc.extend(sample.candidates[row].token_ids)
+
+    def sample(
+        self,
+        pc: PrefixCache,
+        *,
+        n: int,
+        delimiter: str,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        seed: int = 0,
+        capture_layers: frozenset[int] | None = None,
+        fork: bool = True,
+    ) -> Sample:
+        outs = list(
+            self.fn(
+                self.decode(pc.ids), n, delimiter=delimiter, max_new_tokens=max_new_tokens,
+                temperature=temperature, seed=seed,
+            )
+        )  # fmt: skip
+        if len(outs) != n:
+            raise ValueError(f"{self.name} returned {len(outs)} steps, {n} were asked for")
+        steps = [o if isinstance(o, StepOutput) else StepOutput(text=str(o)) for o in outs]
+        candidates, attentions = [], []
+        for row, o in enumerate(steps):
+            text = o.text.split(delimiter, 1)[0]
+            sep = delimiter if o.ended == "delimiter" else ""
+            lps = [float(x) for x in (o.token_logprobs or [])]
+            atts = [torch.as_tensor(a, dtype=torch.float32) for a in (o.attentions or [])]
+            scored = int(atts[0].shape[1]) if atts else len(lps)
+            candidates.append(
+                Candidate(text, self.encode(text + sep), lps, o.ended, row, scored=scored)
+            )
+            attentions.append(atts)
+        prefix = next((o.prefix_len for o in steps if o.prefix_len is not None), len(pc.ids))
+        return Sample(candidates, prefix, None, [], None, precomputed=attentions)
+
+    def score(self, pc: PrefixCache, step_ids: Sequence[int], capture_layers: frozenset[int]):
+        raise NotImplementedError(f"{self.name} cannot score a given step")

@@ -1,0 +1,104 @@
+"""`langgraph dev` serves the graph offline and streams the custom step events."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    exe = Path(sys.executable).parent / "langgraph"
+    if not exe.exists() and not shutil.which("langgraph"):
+        pytest.fail("langgraph-cli[inmem] is a dev dependency: `make setup` installs it")
+    port = free_port()
+    cfg = tmp_path_factory.mktemp("cfg") / "config.json"
+    cfg.write_text(json.dumps({"k": 3, "max_steps": 4, "max_step_tokens": 16}))
+    env = {
+        **os.environ,
+        "SPECGUARD_CONFIG": str(cfg),
+        "SPECGUARD_STUDIO_MODELS": "tiny",
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGGRAPH_NO_VERSION_CHECK": "true",
+        "HF_HUB_OFFLINE": "1",
+    }
+    log = tmp_path_factory.mktemp("studio") / "server.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [
+                str(exe),
+                "dev",
+                "--no-browser",
+                "--no-reload",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"{url}/ok", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail(f"langgraph dev exited: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"langgraph dev did not start: {log.read_text()[-2000:]}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_a_run_through_the_api_streams_the_step_events(server):
+    body = {
+        "assistant_id": "specguard",
+        "input": {"question": "What is 2 + 3?"},
+        "stream_mode": ["custom", "values"],
+    }
+    events, last_values = [], None
+    with httpx.stream("POST", f"{server}/runs/stream", json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        kind = None
+        for line in resp.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and kind in ("custom", "values"):
+                data = json.loads(line.split(":", 1)[1])
+                if kind == "custom":
+                    events.append(data)
+                else:
+                    last_values = data
+    kinds = {e["event"] for e in events}
+    assert {"draft", "select", "grounding", "logprob", "decision", "step", "done"} <= kinds
+    steps = [e for e in events if e["event"] == "step"]
+    assert last_values is not None and len(last_values["steps"]) == len(steps)
+    assert last_values["status"] in ("final", "max_steps", "max_total_tokens")
