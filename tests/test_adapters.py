@@ -32,7 +32,9 @@ def test_logprob_only_draft_routes_on_its_log_probs():
     cfg = SpecGuardConfig(k=1, beta=1.0, tau=0.9, max_steps=2)  # -0.5 -> 0.95 >= 0.9
     out = build_graph(draft, target, config=cfg).compile().invoke(Q)
     assert [s["source"] for s in out["steps"]] == ["draft", "draft"]
-    assert out["steps"][0]["logprob"] == pytest.approx(-0.5) and out["steps"][0]["grounding"] is None
+    assert (
+        out["steps"][0]["logprob"] == pytest.approx(-0.5) and out["steps"][0]["grounding"] is None
+    )
     draft = CallableStepModel(scripted_draft(-3.0), name="api-draft", has_logprobs=True)
     prompts = []
 
