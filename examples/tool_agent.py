@@ -56,13 +56,15 @@ def transcript(state: AgentState) -> str:
 
 def build_tool_agent(draft, target, embedder=None, config: SpecGuardConfig | None = None,
                      max_calls: int = 6):  # fmt: skip
-    config = (config or SpecGuardConfig(k=2, max_step_tokens=48)).replace(max_steps=1)
+    # a turn ends at the first JSON line (ToolCallSteps.is_final); a few steps of lead-in
+    # (a code fence, a remark) are allowed before it
+    config = config or SpecGuardConfig(k=2, max_steps=4, max_step_tokens=48)
     propose_step = build_graph(draft, target, embedder=embedder, steps=SPEC, config=config)
     propose_step = propose_step.compile()
 
     def propose(state: AgentState) -> dict[str, Any]:
         out = propose_step.invoke({"question": transcript(state)})
-        (step,) = out["steps"]
+        step = out["steps"][-1]
         record = {k: step[k] for k in ("text", "source", "score")}
         call = SPEC.parse(step["text"])
         if call is None or not ({"final"} <= call.keys() or {"tool", "args"} <= call.keys()):

@@ -82,11 +82,13 @@ class ReasoningSteps:
         return last_boxed(text)
 
 
-PLAN_SYSTEM_PROMPT = (
-    "Write a numbered plan to reach the goal, one short item per line "
-    "(1. ..., 2. ..., ...). When the plan is complete, write a last line: DONE"
+PLAN_SYSTEM_PROMPT = "You are a helpful planner."
+PLAN_REQUEST = (
+    "Write a short numbered plan (3 to 6 items, one per line) to {goal}. "
+    "Use the format '1. ...'. After the last item write DONE on its own line."
 )
 _PLAN_ITEM = re.compile(r"^\s*(\d+)[.)]\s+(.*\S)\s*$")
+_MARKUP = re.compile(r"[*_`]+")
 
 
 @dataclass(frozen=True)
@@ -94,23 +96,30 @@ class PlanSteps:
     """Numbered plan items, one per line; the plan is final at a line reading DONE."""
 
     system_prompt: str = PLAN_SYSTEM_PROMPT
+    request: str = PLAN_REQUEST
     name: str = "plan"
     delimiter: str = "\n"
 
     def render_prompt(self, question: str, tokenizer: Any) -> str:
-        return _chat_prompt(tokenizer, self.system_prompt, f"Goal: {question}")
+        return _chat_prompt(tokenizer, self.system_prompt, self.request.format(goal=question))
 
     def is_final(self, step: str, *, eos: bool) -> bool:
         return eos or step.strip().upper().rstrip(".") == "DONE"
 
     def extract_answer(self, text: str) -> str | None:
-        items = [m.group(2) for line in text.splitlines() if (m := _PLAN_ITEM.match(line))]
+        items = [
+            _MARKUP.sub("", m.group(2)).strip()
+            for line in text.splitlines()
+            if (m := _PLAN_ITEM.match(line))
+        ]
         return json.dumps(items) if items else None
 
 
 TOOL_SYSTEM_PROMPT = (
-    "Solve the task with tools. Each line is one JSON object: either "
-    '{"tool": NAME, "args": {...}} to call a tool, or {"final": ANSWER} to finish.'
+    "You solve tasks by calling tools. Reply with exactly one line of JSON and nothing "
+    'else: {"tool": "<name>", "args": {...}} to call a tool, or {"final": <answer>} '
+    "once the observations give the answer. Example reply: "
+    '{"tool": "add", "args": {"a": 2, "b": 3}}'
 )
 
 
@@ -137,8 +146,9 @@ class ToolCallSteps:
         return obj if isinstance(obj, dict) else None
 
     def is_final(self, step: str, *, eos: bool) -> bool:
-        obj = self.parse(step)
-        return eos or (obj is not None and "final" in obj)
+        """A JSON object ends the model's turn: a call to execute or the final answer.
+        Anything else (a code fence, a remark) is a step that leads up to it."""
+        return eos or self.parse(step) is not None
 
     def extract_answer(self, text: str) -> str | None:
         for line in reversed(text.splitlines()):

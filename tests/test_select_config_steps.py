@@ -94,13 +94,14 @@ def test_plan_spec_is_a_different_notion_of_step(tiny):
         "Cook it",
     ]
     prompt = spec.render_prompt("cook dinner", tiny.draft.tokenizer)
-    assert "Goal: cook dinner" in prompt and prompt.endswith("<|im_start|>assistant\n")
+    assert "to cook dinner" in prompt and prompt.endswith("<|im_start|>assistant\n")
 
 
 def test_tool_call_spec():
     spec = ToolCallSteps(tools=("add",))
     assert spec.is_final('{"final": 5}', eos=False)
-    assert not spec.is_final('{"tool": "add", "args": {}}', eos=False)
+    assert spec.is_final('{"tool": "add", "args": {}}', eos=False)  # ends the model's turn
+    assert not spec.is_final("```json", eos=False)
     assert spec.extract_answer('{"tool": "add"}\n{"final": 5}') == "5"
 
 
