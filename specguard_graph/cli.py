@@ -233,6 +233,74 @@ def _run_one(graph: Any, question: str, *, as_json: bool) -> dict[str, Any]:
     return trace
 
 
+@app.command()
+def bench(
+    dataset: Annotated[str, typer.Option(help="gsm8k (the 100 original test problems)")] = "gsm8k",
+    data: Annotated[Path | None, typer.Option(help="JSONL of {question, answer} instead")] = None,
+    limit: Annotated[int | None, typer.Option(help="first N problems")] = None,
+    offset: Annotated[int, typer.Option(help="skip the first N problems")] = 0,
+    methods: Annotated[str, typer.Option(help="comma-separated methods")] = (
+        "target,sd,specguard-greedy,specguard"
+    ),
+    out: Annotated[Path, typer.Option(help="results directory (resumable)")] = Path(
+        "benchmarks/results"
+    ),
+    config: Annotated[Path | None, typer.Option(help="SpecGuardConfig JSON")] = None,
+    max_tokens: Annotated[int, typer.Option(help="token budget per problem")] = 512,
+    draft: Annotated[str | None, typer.Option(help="draft model dir or .gguf")] = None,
+    target: Annotated[str | None, typer.Option(help="target model dir or .gguf")] = None,
+    embedder: Annotated[str | None, typer.Option(help="sentence-transformers dir")] = None,
+    quantize: Annotated[str, typer.Option(help="auto | none | int8 (CPU)")] = "auto",
+) -> None:
+    """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
+    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
+
+    from .bench import data as bench_data
+    from .bench import methods as bench_methods
+    from .bench.report import load_results, markdown, plot, summarize
+    from .bench.run import run
+
+    try:
+        names = [m.strip() for m in methods.split(",") if m.strip()]
+        unknown = [m for m in names if m not in bench_methods.METHODS]
+        if unknown:
+            raise ConfigError(
+                f"unknown method(s) {', '.join(unknown)}; known: "
+                + ", ".join(bench_methods.METHODS)
+            )
+        problems = bench_data.load(dataset, data=data, limit=limit, offset=offset)
+        base = _config(config, {})
+        from .models.loading import load_embedder, load_lm
+
+        with err.status("loading models (once per process)…"):
+            d = load_lm("draft", draft, quantize=quantize)
+            t = load_lm("target", target, quantize=quantize)
+            e = load_embedder(embedder)
+        solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens) for m in names}
+        with Progress(
+            TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TimeRemainingColumn(), console=err,
+        ) as progress:  # fmt: skip
+            tasks: dict[str, Any] = {}
+
+            def report(method: str, done: int, total: int) -> None:
+                if method not in tasks:
+                    tasks[method] = progress.add_task(method, total=total, completed=done)
+                progress.update(tasks[method], completed=done)
+
+            run(problems, solvers, out, report)
+        rows = summarize(load_results(out, names))
+        command = "specguard bench " + " ".join(sys.argv[2:])
+        (out / "summary.md").write_text(markdown(rows, command))
+        plot(rows, out / "accuracy_vs_latency.png")
+        out_console = Console()
+        out_console.print((out / "summary.md").read_text())
+    except SpecGuardError as exc:
+        raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail(f"interrupted: finished results are kept in {out}", 130) from None
+
+
 @models_app.command("install")
 def models_install() -> None:
     """Download, assemble, verify and convert the embedded default models (idempotent)."""

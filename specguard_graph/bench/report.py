@@ -1,0 +1,102 @@
+"""Summary table (Markdown) and plot from the per-method JSONL results."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ..results import ResultLog
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval for a proportion (sane at 0 and n, unlike p ± 2σ)."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def load_results(out_dir: Path, methods: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    return {m: ResultLog(out_dir / f"{m}.jsonl", key="id").done() for m in methods}
+
+
+def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per method, on the problems every method has finished (a fair comparison)."""
+    common = set.intersection(*(set(r) for r in results.values())) if results else set()
+    target_lat = None
+    if "target" in results and common:
+        target_lat = statistics.median(results["target"][i]["latency_s"] for i in common)
+    rows = []
+    for method, res in results.items():
+        rs = [res[i] for i in sorted(common)]
+        if not rs:
+            continue
+        correct = sum(r["correct"] for r in rs)
+        lo, hi = wilson(correct, len(rs))
+        lat = statistics.median(r["latency_s"] for r in rs)
+        steps = sum(r.get("steps", 0) for r in rs)
+        total_time = sum(r["latency_s"] for r in rs)
+        rows.append({
+            "method": method, "n": len(rs), "accuracy": correct / len(rs), "ci": (lo, hi),
+            "median_latency_s": lat,
+            "latency_ratio": lat / target_lat if target_lat else None,
+            "target_share": (sum(r.get("target_steps", 0) for r in rs) / steps) if steps else None,
+            "draft_tokens": statistics.mean(r.get("draft_tokens", 0) for r in rs),
+            "target_tokens": statistics.mean(
+                r.get("target_tokens", r.get("tokens", 0) if method == "target" else 0)
+                for r in rs
+            ),
+            "verify_share": sum(r.get("verify_s", 0.0) for r in rs) / total_time,
+        })  # fmt: skip
+    return rows
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    lines = [
+        f"Reproduce: `{command}`",
+        "",
+        "| method | n | accuracy (95% CI) | median latency s | vs target | target share "
+        "of steps | draft tok | target tok | verify share |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lo, hi = r["ci"]
+        lines.append(
+            f"| {r['method']} | {r['n']} | {100 * r['accuracy']:.1f} % "
+            f"({100 * lo:.0f}–{100 * hi:.0f}) | {r['median_latency_s']:.1f} | "
+            f"{_fmt(r['latency_ratio'], '.2f')} | {_fmt(r['target_share'], '.2f')} | "
+            f"{r['draft_tokens']:.0f} | {r['target_tokens']:.0f} | "
+            f"{100 * r['verify_share']:.1f} % |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        lo, hi = r["ci"]
+        acc = 100 * r["accuracy"]
+        ax.errorbar(r["median_latency_s"], acc, yerr=[[acc - 100 * lo], [100 * hi - acc]],
+                    fmt="o", capsize=3)  # fmt: skip
+        ax.annotate(r["method"], (r["median_latency_s"], acc), textcoords="offset points",
+                    xytext=(5, 4), fontsize=8)  # fmt: skip
+    ax.set_xlabel("median latency per problem (s)")
+    ax.set_ylabel("accuracy (%), 95% Wilson CI")
+    ax.set_title(f"accuracy vs latency, n = {rows[0]['n'] if rows else 0}")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,93 @@
+"""The benchmark harness on tiny models: methods, grading, resume, report."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specguard_graph.bench.data import from_jsonl, gsm8k_100
+from specguard_graph.bench.grade import grade
+from specguard_graph.bench.report import summarize, wilson
+from specguard_graph.bench.run import run
+from specguard_graph.cli import app
+
+
+def test_grading_uses_math_equivalence():
+    assert grade("7", "7") and grade("7.0", "7") and grade(r"\frac{20}{2}", "10")
+    assert grade("1,000", "1000") and not grade("8", "7")
+    assert not grade(None, "7") and not grade("", "7") and not grade(r"\frac{", "7")
+
+
+def test_wilson_interval():
+    lo, hi = wilson(50, 100)
+    assert lo == pytest.approx(0.404, abs=1e-3) and hi == pytest.approx(0.596, abs=1e-3)
+    assert wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == 1.0
+
+
+def test_gsm8k_100_reads_the_original_test_problems():
+    problems = gsm8k_100()
+    assert len(problems) == 100 and len({p["id"] for p in problems}) == 100
+    shark = next(p for p in problems if p["id"] == "gsm8k-473")
+    assert "10-foot shark" in shark["question"] and shark["answer"] == "10"
+
+
+def test_run_resumes_after_an_interruption(tmp_path):
+    problems = [{"id": str(i), "question": f"q{i}", "answer": str(i)} for i in range(5)]
+    calls = []
+
+    def solve(q):
+        calls.append(q)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return {"answer": q[1:], "latency_s": 1.0}
+
+    with pytest.raises(KeyboardInterrupt):
+        run(problems, {"m": solve}, tmp_path)
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 3
+    run(problems, {"m": solve}, tmp_path)
+    assert calls == ["q0", "q1", "q2", "q3", "q3", "q4"]  # finished ones never rerun
+    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["0", "1", "2", "3", "4"] and all(r["correct"] for r in rows)
+
+
+def test_bench_command_on_tiny_models(tmp_path, tiny):
+    root = tmp_path / "models"
+    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
+        lm.model.save_pretrained(root / name)
+        lm.tokenizer.save_pretrained(root / name)
+    tiny.embedder.model.save(str(root / "embedder"))
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        '{"question": "1 + 1?", "answer": "2"}\n{"question": "2 + 2?", "answer": "4"}\n'
+    )
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"k": 2, "max_steps": 2, "max_step_tokens": 8}))
+    out = tmp_path / "out"
+    args = ["bench", "--data", str(data), "--out", str(out), "--config", str(cfg),
+            "--max-tokens", "16", "--methods", "target,draft,sd,specguard-greedy,specguard",
+            "--draft", str(root / "draft"), "--target", str(root / "target"),
+            "--embedder", str(root / "embedder")]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    summary = (out / "summary.md").read_text()
+    for m in ("target", "draft", "sd", "specguard-greedy", "specguard"):
+        assert f"| {m} | 2 |" in summary
+        assert len((out / f"{m}.jsonl").read_text().splitlines()) == 2
+    assert (out / "accuracy_vs_latency.png").stat().st_size > 1000
+    rows = summarize({m: {r["id"]: r for r in map(json.loads, (out / f"{m}.jsonl").open())}
+                      for m in ("target", "sd")})  # fmt: skip
+    assert rows[0]["method"] == "target" and rows[0]["latency_ratio"] == 1.0
+    sd = [json.loads(x) for x in (out / "sd.jsonl").open()]
+    assert all(0 < r["tokens"] <= 16 and r["text"] for r in sd)
+
+
+def test_bench_rejects_unknown_methods():
+    res = CliRunner().invoke(app, ["bench", "--methods", "target,beam"])
+    assert res.exit_code == 2 and "unknown method(s) beam" in res.stderr
+
+
+def test_jsonl_data_errors_name_the_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "x"}\n')
+    with pytest.raises(Exception, match=r"bad\.jsonl:1"):
+        from_jsonl(bad)
