@@ -185,15 +185,20 @@ def solve(
         raise _fail("interrupted", 130) from None
 
 
-def _load_graph(draft, target, embedder, cfg, spec, device, dtype, quantize):
+def _quiet_hf() -> None:
+    """Model loading progress bars and deprecation chatter would bury the live view."""
     from transformers.utils import logging as hf_logging
-
-    from .graph import build_graph
-    from .models.loading import load_embedder, load_lm
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
+
+
+def _load_graph(draft, target, embedder, cfg, spec, device, dtype, quantize):
+    from .graph import build_graph
+    from .models.loading import load_embedder, load_lm
+
+    _quiet_hf()
     with err.status("loading models (once per process)…"):
         d = load_lm("draft", draft, device=device, dtype=dtype, quantize=quantize)
         t = load_lm("target", target, device=device, dtype=dtype, quantize=quantize)
@@ -272,6 +277,7 @@ def bench(
         base = _config(config, {})
         from .models.loading import load_embedder, load_lm
 
+        _quiet_hf()
         with err.status("loading models (once per process)…"):
             d = load_lm("draft", draft, quantize=quantize)
             t = load_lm("target", target, quantize=quantize)
