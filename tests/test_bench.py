@@ -64,13 +64,13 @@ def test_bench_command_on_tiny_models(tmp_path, tiny):
     cfg.write_text(json.dumps({"k": 2, "max_steps": 2, "max_step_tokens": 8}))
     out = tmp_path / "out"
     args = ["bench", "--data", str(data), "--out", str(out), "--config", str(cfg),
-            "--max-tokens", "16", "--methods", "target,draft,sd,specguard-greedy,specguard",
+            "--max-tokens", "16", "--methods", "target,draft,sd,rsd,specguard-greedy,specguard",
             "--draft", str(root / "draft"), "--target", str(root / "target"),
             "--embedder", str(root / "embedder")]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     summary = (out / "summary.md").read_text()
-    for m in ("target", "draft", "sd", "specguard-greedy", "specguard"):
+    for m in ("target", "draft", "sd", "rsd", "specguard-greedy", "specguard"):
         assert f"| {m} | 2 |" in summary
         assert len((out / f"{m}.jsonl").read_text().splitlines()) == 2
     assert (out / "accuracy_vs_latency.png").stat().st_size > 1000
@@ -91,3 +91,15 @@ def test_jsonl_data_errors_name_the_line(tmp_path):
     bad.write_text('{"question": "x"}\n')
     with pytest.raises(Exception, match=r"bad\.jsonl:1"):
         from_jsonl(bad)
+
+
+def test_rsd_judges_with_the_target_and_rewrites_low_rated_steps(tiny):
+    from specguard_graph.bench.rsd import rsd
+
+    keep_all = rsd(tiny.draft, tiny.target, threshold=0.0, max_steps=3, max_step_tokens=8)
+    out = keep_all("What is 2 + 3?")
+    assert out["steps"] >= 1 and out["target_steps"] == 0 and out["target_tokens"] == 0
+    assert all(0.0 <= s <= 1.0 for s in out["scores"])
+    rewrite_all = rsd(tiny.draft, tiny.target, threshold=1.01, max_steps=3, max_step_tokens=8)
+    out = rewrite_all("What is 2 + 3?")
+    assert out["target_steps"] == out["steps"] and out["target_tokens"] > 0

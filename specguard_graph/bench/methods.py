@@ -2,6 +2,7 @@
 
 target / draft: one model alone, greedy. sd: token-level speculative decoding, transformers'
 assisted generation with the draft as assistant (output equals the target's greedy).
+rsd: step-level reward-guided decoding with the target as a one-prefill judge (rsd.py).
 specguard*: the graph with the paper's settings or an ablation.
 """
 
@@ -31,7 +32,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "specguard-no-sparsify": {"sparsify": 0.0},
     "specguard-signal-target": {"signal_model": "target"},
 }
-PLAIN = ("target", "draft", "sd")
+PLAIN = ("target", "draft", "sd", "rsd")
 METHODS = (*PLAIN, *ABLATIONS)
 
 
@@ -104,6 +105,10 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
         return plain(draft, max_tokens)
     if name == "sd":
         return assisted(target, draft, max_tokens)
+    if name == "rsd":
+        from .rsd import rsd
+
+        return rsd(draft, target, max_step_tokens=base.max_step_tokens, max_tokens=max_tokens)
     if name in ABLATIONS:
         cfg = base.replace(max_total_tokens=max_tokens, **ABLATIONS[name])
         return specguard(draft, target, embedder, cfg)
