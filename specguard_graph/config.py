@@ -43,6 +43,13 @@ class SpecGuardConfig(BaseModel):
     max_step_tokens: int = Field(160, ge=2, description="a step is cut after this many tokens")
     max_total_tokens: int = Field(2048, ge=2, description="stop when the answer is this long")
     seed: int = Field(0, ge=0, description="base seed; step i samples with seed + i")
+    adaptive_band: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="draw one candidate first; draw the other k - 1 for the vote only when "
+        "its score is within this distance of tau (None: always draw k at once)",
+    )
     interrupt_on_reject: bool = Field(
         False,
         description="pause on a rejected draft step; resume with accept, recompute or an edit",

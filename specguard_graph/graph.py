@@ -35,6 +35,8 @@ NODES = (
 
 
 def route_after_decide(state: SpecGuardState) -> Literal["target_recompute", "draft_k", "__end__"]:
+    if state["decision"].get("widen"):
+        return "draft_k"  # specguard-adaptive: draw the rest of the vote for this step
     if not state["decision"]["accepted"]:
         return "target_recompute"
     return END if state.get("status") else "draft_k"

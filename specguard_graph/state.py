@@ -55,6 +55,7 @@ class Decision(TypedDict, total=False):
     grounding_norm: float | None
     logprob_norm: float | None
     reason: str | None
+    widen: bool
 
 
 class InputState(TypedDict):

@@ -220,3 +220,26 @@ def test_interrupt_on_reject_lets_the_caller_accept_edit_or_recompute(tiny):
     assert out["steps"][0]["reason"] == "accepted by the caller"
     assert out["steps"][1]["text"] == "So May had 24 clips."
     assert "So May had 24 clips.\n\n" in out["text"]
+
+
+def test_adaptive_draws_the_vote_only_inside_the_band(tiny):
+    # band 0: every first candidate is decided at once; one candidate per step
+    out, events = run(tiny, stream=True, k=3, tau=0.6, adaptive_band=0.0, max_steps=3)
+    assert all(len(s["candidates"]) == 1 for s in out["steps"])
+    assert not any(e.get("widen") for e in events if e["event"] == "decision")
+    # band 1: every step is uncertain; the other k - 1 are drawn and the vote runs on all k
+    out, events = run(tiny, stream=True, k=3, tau=0.6, adaptive_band=1.0, max_steps=3)
+    assert all(len(s["candidates"]) == 3 for s in out["steps"])
+    drafts = [e for e in events if e["event"] == "draft"]
+    assert [len(e["candidates"]) for e in drafts] == [1, 3] * len(out["steps"])
+    widened = [e for e in events if e["event"] == "decision" and e.get("widen")]
+    assert len(widened) == len(out["steps"])
+    assert route_after_decide({"decision": {"accepted": False, "widen": True}}) == "draft_k"
+    # the first candidate stays candidate 0: the vote extends the draw, it does not redo it
+    first = [e["candidates"][0] for e in drafts]
+    assert first[0::2] == first[1::2]
+    # an accepted candidate from either draw is adopted from its own KV rows
+    steps = out["steps"]
+    for prev, cur in zip(steps, steps[1:], strict=False):
+        if prev["source"] == "draft":
+            assert cur["fed"]["draft_prefill"] == 0

@@ -26,6 +26,7 @@ NEVER = "\x00\x01never"  # plain decoding runs to EOS or the token budget
 ABLATIONS: dict[str, dict[str, Any]] = {
     "specguard": {},
     "specguard-greedy": {"k": 1, "temperature": 0.0},
+    "specguard-adaptive": {"adaptive_band": 0.15},
     "specguard-logprob-only": {"beta": 1.0},
     "specguard-grounding-only": {"beta": 0.0},
     "specguard-all-layers": {"grounding_layers": 256},

@@ -69,7 +69,8 @@ class CallableStepModel:
         pc.extend(self.encode(text))
 
     def adopt(self, pc: PrefixCache, sample: Sample, row: int) -> None:
-        pc.extend(sample.candidates[row].token_ids)
+        src, r = sample.source(row)
+        pc.extend(src.candidates[r].token_ids)
 
     def sample(
         self,

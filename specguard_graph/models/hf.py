@@ -86,9 +86,27 @@ class Sample:
     cache_ids: list[list[int]]
     capture: AttentionCapture | None
     precomputed: list[list[torch.Tensor]] | None = None  # from backends that return them
+    parts: list[tuple[Sample, int]] | None = None  # set by `merge`: where each row came from
+
+    def source(self, row: int) -> tuple[Sample, int]:
+        """The sampling call (and its row) that produced candidate `row`."""
+        return self.parts[row] if self.parts is not None else (self, row)
+
+    def merge(self, more: Sample) -> Sample:
+        """This sample's candidates followed by `more`'s (same prefix, separate calls)."""
+        parts = [self.source(i) for i in range(len(self.candidates))]
+        parts += [more.source(i) for i in range(len(more.candidates))]
+        cands = [
+            Candidate(c.text, c.token_ids, c.token_logprobs, c.ended, i, c.scored)
+            for i, c in enumerate([*self.candidates, *more.candidates])
+        ]
+        return Sample(cands, self.prefix_len, None, [], None, parts=parts)
 
     def attentions(self, row: int) -> list[torch.Tensor]:
         """Captured rows of candidate `row` per layer (oldest first), heads x S x (P + S)."""
+        if self.parts is not None:
+            src, r = self.source(row)
+            return src.attentions(r)
         if self.precomputed is not None:
             if not self.precomputed[row]:
                 raise ValueError("this backend gave no attentions")
@@ -258,6 +276,7 @@ class LocalCausalLM:
 
     def adopt(self, pc: PrefixCache, sample: Sample, row: int) -> None:
         """Extend the context with this model's own candidate, reusing its KV rows."""
+        sample, row = sample.source(row)
         cand = sample.candidates[row]
         cache = sample.cache
         if cache is not None and len(sample.cache_ids) > 1:

@@ -79,6 +79,17 @@ class DecideNode:
                 "logprob_norm": d.logprob_norm,
                 "reason": None if d.accepted else f"score {d.score:.3f} < tau {deps.config.tau}",
             }
+        cfg = deps.config
+        if (
+            cfg.adaptive_band is not None
+            and cfg.k > 1
+            and len(state["candidates"]) == 1
+            and decision["score"] is not None
+            and abs(decision["score"] - cfg.tau) < cfg.adaptive_band
+        ):
+            decision.update(accepted=False, widen=True, reason="uncertain: drawing the vote")
+            emit("decision", **decision)
+            return {"decision": decision, "timing": {"verify_s": time.perf_counter() - t0}}
         emit("decision", **decision)
         update: dict[str, Any] = {"decision": decision}
         edited = None

@@ -18,21 +18,28 @@ class DraftNode:
         deps, cfg = self.deps, self.deps.config
         session = deps.sessions.get(state)
         index = step_index(state)
-        session.counters_at_step = session.counters()
-        session.step_started = t0
+        decision = state.get("decision") or {}
+        widen = bool(decision.get("widen")) and decision.get("step") == index
+        if not widen:
+            session.counters_at_step = session.counters()
+            session.step_started = t0
+        # adaptive: one candidate first; the other k - 1 only if decide asks to widen
+        n = cfg.k - 1 if widen else (1 if cfg.adaptive_band is not None else cfg.k)
         capture = (
             deps.draft.capture_layers(cfg.grounding_layers) if cfg.signal_model == "draft" else None
         )
         sample = deps.draft.sample(
             session.draft,
-            n=cfg.k,
+            n=n,
             delimiter=deps.spec.delimiter,
             max_new_tokens=min(cfg.max_step_tokens, remaining_tokens(state, cfg)),
             temperature=cfg.temperature,
             top_p=cfg.top_p,
-            seed=cfg.seed + index,
+            seed=cfg.seed + index + (1_000_003 if widen else 0),
             capture_layers=capture,
         )
+        if widen and session.sample is not None and session.sample_step == index:
+            sample = session.sample.merge(sample)
         session.sample, session.sample_step = sample, index
         candidates = [
             {
@@ -53,7 +60,7 @@ class DraftNode:
             "grounding_error": None,
             "logprob_error": None,
             "timing": {"draft_s": elapsed},
-            "counts": {"draft_tokens": sum(len(c.token_ids) for c in sample.candidates)},
+            "counts": {"draft_tokens": sum(len(c.token_ids) for c in sample.candidates[-n:])},
         }
         if "started_at" not in state:
             update["started_at"] = time.time() - elapsed
