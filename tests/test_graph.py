@@ -1,5 +1,6 @@
 """The graph: wiring, both routing branches, stop rules, events, state hygiene."""
 
+import itertools
 import json
 
 import pytest
@@ -240,6 +241,6 @@ def test_adaptive_draws_the_vote_only_inside_the_band(tiny):
     assert first[0::2] == first[1::2]
     # an accepted candidate from either draw is adopted from its own KV rows
     steps = out["steps"]
-    for prev, cur in zip(steps, steps[1:], strict=False):
+    for prev, cur in itertools.pairwise(steps):
         if prev["source"] == "draft":
             assert cur["fed"]["draft_prefill"] == 0
