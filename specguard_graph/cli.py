@@ -307,6 +307,58 @@ def bench(
         raise _fail(f"interrupted: finished results are kept in {out}", 130) from None
 
 
+@app.command()
+def calibrate(
+    out: Annotated[Path, typer.Option(help="where to write the fitted config JSON")],
+    dataset: Annotated[str, typer.Option(help="dev split: gsm-symbolic (fresh problems)")] = (
+        "gsm-symbolic"
+    ),
+    data: Annotated[Path | None, typer.Option(help="JSONL of {question, answer} instead")] = None,
+    limit: Annotated[int, typer.Option(help="dev problems")] = 20,
+    seed: Annotated[int, typer.Option(help="seed of the generated dev problems")] = 1234,
+    budget: Annotated[float, typer.Option(help="share of steps the target may recompute")] = 0.3,
+    config: Annotated[Path | None, typer.Option(help="base SpecGuardConfig JSON")] = None,
+    draft: Annotated[str | None, typer.Option(help="draft model dir or .gguf")] = None,
+    target: Annotated[str | None, typer.Option(help="target model dir or .gguf")] = None,
+    embedder: Annotated[str | None, typer.Option(help="sentence-transformers dir")] = None,
+    quantize: Annotated[str, typer.Option(help="auto | none | int8 (CPU)")] = "auto",
+) -> None:
+    """Fit normalisation ranges and tau on a dev split to a target budget; write a config."""
+    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
+
+    from .bench import data as bench_data
+    from .bench.calibrate import calibrate as fit_config
+
+    try:
+        if not 0.0 <= budget <= 1.0:
+            raise ConfigError(f"--budget must be in [0, 1], got {budget}")
+        problems = bench_data.load(dataset, data=data, limit=limit, seed=seed)
+        base = _config(config, {})
+        from .models.loading import load_embedder, load_lm
+
+        _quiet_hf()
+        with err.status("loading models (once per process)…"):
+            d = load_lm("draft", draft, quantize=quantize)
+            t = load_lm("target", target, quantize=quantize)
+            e = load_embedder(embedder) if base.k > 1 else None
+        with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), console=err) as progress:  # fmt: skip
+            task = progress.add_task("calibrate", total=len(problems))
+            cfg, info = fit_config(
+                d, t, e, problems, base, budget,
+                lambda done, total: progress.update(task, completed=done),
+            )  # fmt: skip
+        cfg.to_file(out)
+        Console().print(
+            f"wrote {out}: tau={info['tau']:.3f}, grounding_range="
+            f"({info['grounding_range'][0]:.3f}, {info['grounding_range'][1]:.3f}), "
+            f"logprob_range=({info['logprob_range'][0]:.2f}, {info['logprob_range'][1]:.2f}) "
+            f"from {info['steps']} dev steps; target share on dev {info['dev_target_share']:.2f}"
+        )
+    except (SpecGuardError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+
+
 @models_app.command("install")
 def models_install() -> None:
     """Download, assemble, verify and convert the embedded default models (idempotent)."""

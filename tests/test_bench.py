@@ -103,3 +103,43 @@ def test_rsd_judges_with_the_target_and_rewrites_low_rated_steps(tiny):
     rewrite_all = rsd(tiny.draft, tiny.target, threshold=1.01, max_steps=3, max_step_tokens=8)
     out = rewrite_all("What is 2 + 3?")
     assert out["target_steps"] == out["steps"] and out["target_tokens"] > 0
+
+
+def test_calibration_fits_ranges_and_tau_to_the_budget():
+    from specguard_graph import SpecGuardConfig
+    from specguard_graph.bench.calibrate import fit
+    from specguard_graph.nodes.decide import decide_step
+
+    signals = [(0.5 + 0.003 * i, -6.0 + 0.05 * i) for i in range(100)]
+    cfg, info = fit(signals, SpecGuardConfig(), budget=0.3)
+    g_lo, g_hi = cfg.grounding_range
+    assert g_lo == pytest.approx(0.5 + 0.003 * 4.95, abs=0.004) and g_hi < 0.8
+    assert cfg.logprob_range[1] <= 0.0
+    below = sum(decide_step(g, lp, cfg).score < cfg.tau for g, lp in signals) / len(signals)
+    assert below == pytest.approx(0.3, abs=0.02) and info["dev_target_share"] == below
+    none, _ = fit(signals, SpecGuardConfig(), budget=0.0)
+    assert none.tau == 0.0
+    with pytest.raises(ValueError, match="at least 5"):
+        fit(signals[:3], SpecGuardConfig(), budget=0.3)
+
+
+def test_calibrate_command_writes_a_config_solve_accepts(tmp_path, tiny):
+    from specguard_graph import SpecGuardConfig
+
+    root = tmp_path / "models"
+    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
+        lm.model.save_pretrained(root / name)
+        lm.tokenizer.save_pretrained(root / name)
+    data = tmp_path / "dev.jsonl"
+    data.write_text("".join(f'{{"question": "{i} + 1?", "answer": "{i + 1}"}}\n' for i in range(4)))
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"k": 1, "max_steps": 3, "max_step_tokens": 8}))
+    out = tmp_path / "fitted.json"
+    models = ["--draft", str(root / "draft"), "--target", str(root / "target")]
+    res = CliRunner().invoke(app, ["calibrate", "--data", str(data), "--config", str(base),
+                                   "--budget", "0.5", "--out", str(out), *models])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    cfg = SpecGuardConfig.from_file(out)
+    assert cfg.k == 1 and 0.0 < cfg.tau <= 1.0 and cfg.grounding_range != (0.0, 0.875)
+    res = CliRunner().invoke(app, ["solve", "2 + 2?", "--json", "--config", str(out), *models])
+    assert res.exit_code == 0, res.output

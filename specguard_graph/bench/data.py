@@ -57,13 +57,30 @@ def from_jsonl(path: str | Path) -> list[Problem]:
     return problems
 
 
-DATASETS = {"gsm8k": gsm8k_100}
+def gsm_symbolic(size: int = 50, seed: int = 0) -> list[Problem]:
+    """Fresh GSM8K-style problems from reasoning-gym (a dev split disjoint from gsm8k-100)."""
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise InputError(
+            "gsm-symbolic needs reasoning-gym: pip install 'specguard-graph[bench]'"
+        ) from None
+    ds = reasoning_gym.create_dataset("gsm_symbolic", size=size, seed=seed)
+    return [
+        {"id": f"gsm-symbolic-{seed}-{i}", "question": x["question"], "answer": str(x["answer"])}
+        for i, x in enumerate(ds)
+    ]
+
+
+DATASETS = {"gsm8k": gsm8k_100, "gsm-symbolic": gsm_symbolic}
 
 
 def load(name: str | None, *, data: str | Path | None = None, limit: int | None = None,
-         offset: int = 0) -> list[Problem]:  # fmt: skip
+         offset: int = 0, seed: int = 0) -> list[Problem]:  # fmt: skip
     if data is not None:
         problems = from_jsonl(data)
+    elif name == "gsm-symbolic":
+        problems = gsm_symbolic(size=(limit or 50) + offset, seed=seed)
     elif name in DATASETS:
         problems = DATASETS[name]()
     else:
