@@ -143,3 +143,12 @@ def test_calibrate_command_writes_a_config_solve_accepts(tmp_path, tiny):
     assert cfg.k == 1 and 0.0 < cfg.tau <= 1.0 and cfg.grounding_range != (0.0, 0.875)
     res = CliRunner().invoke(app, ["solve", "2 + 2?", "--json", "--config", str(out), *models])
     assert res.exit_code == 0, res.output
+
+
+def test_problems_are_the_outer_loop(tmp_path):
+    order = []
+    solvers = {m: (lambda q, m=m: order.append((m, q)) or {"answer": "0", "latency_s": 0.1})
+               for m in ("a", "b")}  # fmt: skip
+    problems = [{"id": str(i), "question": f"q{i}", "answer": "0"} for i in range(2)]
+    run(problems, solvers, tmp_path)
+    assert order == [("a", "q0"), ("b", "q0"), ("a", "q1"), ("b", "q1")]

@@ -19,18 +19,23 @@ def run(
     out_dir: Path,
     progress: Report = lambda m, d, t: None,
 ) -> None:
-    """Solve every problem with every method; finished ones are skipped on a rerun."""
+    """Solve every problem with every method; finished ones are skipped on a rerun.
+
+    Problems are the outer loop, so a run stopped early still compares all methods on the
+    same problems (the report uses only problems every method has finished)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for method, solve in solvers.items():
-        log = ResultLog(out_dir / f"{method}.jsonl", key="id")
-        done = log.done()
-        todo = [p for p in problems if p["id"] not in done]
-        progress(method, len(problems) - len(todo), len(problems))
-        for p in todo:
+    logs = {m: ResultLog(out_dir / f"{m}.jsonl", key="id") for m in solvers}
+    done = {m: log.done() for m, log in logs.items()}
+    for m in solvers:
+        progress(m, sum(p["id"] in done[m] for p in problems), len(problems))
+    for p in problems:
+        for method, solve in solvers.items():
+            if p["id"] in done[method]:
+                continue
             result = solve(p["question"])
             result.update(
                 id=p["id"], gold=p["answer"], correct=grade(result["answer"], p["answer"])
             )
-            log.append(result)
-            done[p["id"]] = result
-            progress(method, len(done), len(problems))
+            logs[method].append(result)
+            done[method][p["id"]] = result
+            progress(method, sum(q["id"] in done[method] for q in problems), len(problems))
