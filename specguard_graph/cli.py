@@ -27,6 +27,12 @@ err = Console(stderr=True)
 out = Console()
 
 
+DraftPath = Annotated[str | None, typer.Option("--draft", help="draft model dir or .gguf")]
+TargetPath = Annotated[str | None, typer.Option("--target", help="target model dir or .gguf")]
+EmbedderPath = Annotated[str | None, typer.Option("--embedder", help="sentence-transformers dir")]
+QuantizeOpt = Annotated[str, typer.Option("--quantize", help="auto | none | int8 (CPU)")]
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
     err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
@@ -124,9 +130,9 @@ def _num(x: float | None, digits: int = 3) -> str:
 def solve(
     question: Annotated[str | None, typer.Argument(help="the question to solve")] = None,
     file: Annotated[Path | None, typer.Option("--file", help="JSONL of {question}")] = None,
-    draft: Annotated[str | None, typer.Option(help="draft model dir or .gguf")] = None,
-    target: Annotated[str | None, typer.Option(help="target model dir or .gguf")] = None,
-    embedder: Annotated[str | None, typer.Option(help="sentence-transformers dir")] = None,
+    draft: DraftPath = None,
+    target: TargetPath = None,
+    embedder: EmbedderPath = None,
     k: Annotated[int | None, typer.Option(help="draft candidates per step")] = None,
     tau: Annotated[float | None, typer.Option(help="accept threshold in [0, 1]")] = None,
     beta: Annotated[float | None, typer.Option(help="log-prob weight in [0, 1]")] = None,
@@ -145,7 +151,7 @@ def solve(
     ] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto | float32 | bfloat16 | float16")] = "auto",
-    quantize: Annotated[str, typer.Option(help="auto | none | int8 (CPU)")] = "auto",
+    quantize: QuantizeOpt = "auto",
 ) -> None:
     """Solve QUESTION (or every line of --file) with SpecGuard."""
     try:
@@ -165,8 +171,6 @@ def solve(
             ),
         )
         spec = get_step_spec(steps)
-        if quantize not in ("auto", "none", "int8"):
-            raise ConfigError(f"--quantize must be auto, none or int8, got {quantize!r}")
         log = ResultLog(out_file, key="key") if out_file else None
         finished = log.done() if log else {}
         todo = [(i, q) for i, q in enumerate(questions) if f"{i}:{q}" not in finished]
@@ -194,15 +198,26 @@ def _quiet_hf() -> None:
     warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
 
 
-def _load_graph(draft, target, embedder, cfg, spec, device, dtype, quantize):
-    from .graph import build_graph
+def _load_models(draft, target, embedder, *, quantize, need_embedder, device="auto",
+                 dtype="auto"):  # fmt: skip
+    """Draft, target and (when the vote needs it) embedder, loaded once per process."""
     from .models.loading import load_embedder, load_lm
 
+    if quantize not in ("auto", "none", "int8"):
+        raise ConfigError(f"--quantize must be auto, none or int8, got {quantize!r}")
     _quiet_hf()
     with err.status("loading models (once per process)…"):
         d = load_lm("draft", draft, device=device, dtype=dtype, quantize=quantize)
         t = load_lm("target", target, device=device, dtype=dtype, quantize=quantize)
-        e = load_embedder(embedder) if cfg.k > 1 else None
+        e = load_embedder(embedder) if need_embedder else None
+    return d, t, e
+
+
+def _load_graph(draft, target, embedder, cfg, spec, device, dtype, quantize):
+    from .graph import build_graph
+
+    d, t, e = _load_models(draft, target, embedder, quantize=quantize,
+                           need_embedder=cfg.k > 1, device=device, dtype=dtype)  # fmt: skip
     if d.tokenizer.get_vocab() != t.tokenizer.get_vocab():
         err.print(
             "[yellow]warning:[/] draft and target tokenizers differ: step-level decoding "
@@ -252,10 +267,10 @@ def bench(
     ),
     config: Annotated[Path | None, typer.Option(help="SpecGuardConfig JSON")] = None,
     max_tokens: Annotated[int, typer.Option(help="token budget per problem")] = 512,
-    draft: Annotated[str | None, typer.Option(help="draft model dir or .gguf")] = None,
-    target: Annotated[str | None, typer.Option(help="target model dir or .gguf")] = None,
-    embedder: Annotated[str | None, typer.Option(help="sentence-transformers dir")] = None,
-    quantize: Annotated[str, typer.Option(help="auto | none | int8 (CPU)")] = "auto",
+    draft: DraftPath = None,
+    target: TargetPath = None,
+    embedder: EmbedderPath = None,
+    quantize: QuantizeOpt = "auto",
 ) -> None:
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
     from rich.progress import MofNCompleteColumn, TimeRemainingColumn
@@ -275,13 +290,7 @@ def bench(
             )
         problems = bench_data.load(dataset, data=data, limit=limit, offset=offset)
         base = _config(config, {})
-        from .models.loading import load_embedder, load_lm
-
-        _quiet_hf()
-        with err.status("loading models (once per process)…"):
-            d = load_lm("draft", draft, quantize=quantize)
-            t = load_lm("target", target, quantize=quantize)
-            e = load_embedder(embedder)
+        d, t, e = _load_models(draft, target, embedder, quantize=quantize, need_embedder=True)
         solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens) for m in names}
         with Progress(
             TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
@@ -318,10 +327,10 @@ def calibrate(
     seed: Annotated[int, typer.Option(help="seed of the generated dev problems")] = 1234,
     budget: Annotated[float, typer.Option(help="share of steps the target may recompute")] = 0.3,
     config: Annotated[Path | None, typer.Option(help="base SpecGuardConfig JSON")] = None,
-    draft: Annotated[str | None, typer.Option(help="draft model dir or .gguf")] = None,
-    target: Annotated[str | None, typer.Option(help="target model dir or .gguf")] = None,
-    embedder: Annotated[str | None, typer.Option(help="sentence-transformers dir")] = None,
-    quantize: Annotated[str, typer.Option(help="auto | none | int8 (CPU)")] = "auto",
+    draft: DraftPath = None,
+    target: TargetPath = None,
+    embedder: EmbedderPath = None,
+    quantize: QuantizeOpt = "auto",
 ) -> None:
     """Fit normalisation ranges and tau on a dev split to a target budget; write a config."""
     from rich.progress import MofNCompleteColumn, TimeRemainingColumn
@@ -334,13 +343,8 @@ def calibrate(
             raise ConfigError(f"--budget must be in [0, 1], got {budget}")
         problems = bench_data.load(dataset, data=data, limit=limit, seed=seed)
         base = _config(config, {})
-        from .models.loading import load_embedder, load_lm
-
-        _quiet_hf()
-        with err.status("loading models (once per process)…"):
-            d = load_lm("draft", draft, quantize=quantize)
-            t = load_lm("target", target, quantize=quantize)
-            e = load_embedder(embedder) if base.k > 1 else None
+        d, t, e = _load_models(draft, target, embedder, quantize=quantize,
+                               need_embedder=base.k > 1)  # fmt: skip
         with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), console=err) as progress:  # fmt: skip
             task = progress.add_task("calibrate", total=len(problems))
