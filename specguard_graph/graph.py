@@ -8,9 +8,8 @@ from langgraph.graph import END, START, StateGraph
 
 from .config import SpecGuardConfig
 from .errors import ConfigError
-from .models.callable import CallableStepModel
+from .models import CallableStepModel, LocalCausalLM, StepModel
 from .models.embedder import SentenceEmbedder
-from .models.hf import LocalCausalLM
 from .nodes.common import Deps
 from .nodes.decide import DecideNode
 from .nodes.draft import DraftNode
@@ -21,8 +20,6 @@ from .nodes.target import TargetNode
 from .runtime import SessionStore
 from .state import InputState, OutputState, SpecGuardState
 from .steps import ReasoningSteps, StepSpec
-
-StepModel = LocalCausalLM | CallableStepModel
 
 NODES = (
     "draft_k",

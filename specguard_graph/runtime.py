@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from .errors import InputError
-from .models.hf import LocalCausalLM, PrefixCache, Sample
+from .models import StepModel
+from .models.hf import PrefixCache, Sample
 from .steps import StepSpec
 
 Signals = tuple[list[float], list[torch.Tensor], int]  # token log-probs, attentions, prefix len
@@ -73,9 +74,7 @@ class RunSession:
 class SessionStore:
     """Sessions by run id, bounded (LRU) so abandoned runs cannot leak memory."""
 
-    def __init__(
-        self, draft: LocalCausalLM, target: LocalCausalLM, spec: StepSpec, max_sessions: int = 32
-    ):
+    def __init__(self, draft: StepModel, target: StepModel, spec: StepSpec, max_sessions: int = 32):
         self.draft, self.target, self.spec = draft, target, spec
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[str, RunSession] = OrderedDict()

@@ -9,8 +9,8 @@ from typing import Any
 from langgraph.config import get_stream_writer
 
 from ..config import SpecGuardConfig
+from ..models import StepModel
 from ..models.embedder import SentenceEmbedder
-from ..models.hf import LocalCausalLM
 from ..runtime import RunSession, SessionStore, step_separator
 from ..state import SpecGuardState, StepRecord
 from ..steps import StepSpec
@@ -20,8 +20,8 @@ from ..steps import StepSpec
 class Deps:
     """Everything heavy a node needs, bound once when the graph is built."""
 
-    draft: LocalCausalLM
-    target: LocalCausalLM
+    draft: StepModel
+    target: StepModel
     embedder: SentenceEmbedder | None
     spec: StepSpec
     config: SpecGuardConfig
