@@ -271,14 +271,13 @@ def bench(
     target: TargetPath = None,
     embedder: EmbedderPath = None,
     quantize: QuantizeOpt = "auto",
+    report_only: Annotated[
+        bool, typer.Option("--report-only", help="summarise what --out holds, run nothing")
+    ] = False,
 ) -> None:
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
-    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
-
-    from .bench import data as bench_data
     from .bench import methods as bench_methods
     from .bench.report import load_results, markdown, plot, summarize
-    from .bench.run import run
 
     try:
         names = [m.strip() for m in methods.split(",") if m.strip()]
@@ -288,32 +287,46 @@ def bench(
                 f"unknown method(s) {', '.join(unknown)}; known: "
                 + ", ".join(bench_methods.METHODS)
             )
-        problems = bench_data.load(dataset, data=data, limit=limit, offset=offset)
-        base = _config(config, {})
-        d, t, e = _load_models(draft, target, embedder, quantize=quantize, need_embedder=True)
-        solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens) for m in names}
-        with Progress(
-            TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=err,
-        ) as progress:  # fmt: skip
-            tasks: dict[str, Any] = {}
-
-            def report(method: str, done: int, total: int) -> None:
-                if method not in tasks:
-                    tasks[method] = progress.add_task(method, total=total, completed=done)
-                progress.update(tasks[method], completed=done)
-
-            run(problems, solvers, out, report)
+        if not report_only:
+            _bench_run(names, dataset, data, limit, offset, config, max_tokens, out,
+                       (draft, target, embedder), quantize)  # fmt: skip
         rows = summarize(load_results(out, names))
-        command = "specguard bench " + " ".join(sys.argv[2:])
+        if not rows:
+            raise InputError(f"no finished results for {', '.join(names)} in {out}")
+        command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
         (out / "summary.md").write_text(markdown(rows, command))
         plot(rows, out / "accuracy_vs_latency.png")
-        out_console = Console()
-        out_console.print((out / "summary.md").read_text())
+        Console().print((out / "summary.md").read_text())
     except SpecGuardError as exc:
         raise _fail(str(exc)) from None
     except KeyboardInterrupt:
         raise _fail(f"interrupted: finished results are kept in {out}", 130) from None
+
+
+def _bench_run(names, dataset, data, limit, offset, config, max_tokens, out, paths, quantize):
+    """Load the models once and run every method on every problem (resumable)."""
+    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
+
+    from .bench import data as bench_data
+    from .bench import methods as bench_methods
+    from .bench.run import run
+
+    problems = bench_data.load(dataset, data=data, limit=limit, offset=offset)
+    base = _config(config, {})
+    d, t, e = _load_models(*paths, quantize=quantize, need_embedder=True)
+    solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens) for m in names}
+    with Progress(
+        TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err,
+    ) as progress:  # fmt: skip
+        tasks: dict[str, Any] = {}
+
+        def report(method: str, done: int, total: int) -> None:
+            if method not in tasks:
+                tasks[method] = progress.add_task(method, total=total, completed=done)
+            progress.update(tasks[method], completed=done)
+
+        run(problems, solvers, out, report)
 
 
 @app.command()

@@ -74,6 +74,9 @@ def test_bench_command_on_tiny_models(tmp_path, tiny):
         assert f"| {m} | 2 |" in summary
         assert len((out / f"{m}.jsonl").read_text().splitlines()) == 2
     assert (out / "accuracy_vs_latency.png").stat().st_size > 1000
+    (out / "summary.md").unlink()
+    again = CliRunner().invoke(app, [*args, "--report-only"])  # no models loaded, nothing run
+    assert again.exit_code == 0 and (out / "summary.md").read_text() == summary
     rows = summarize({m: {r["id"]: r for r in map(json.loads, (out / f"{m}.jsonl").open())}
                       for m in ("target", "sd")})  # fmt: skip
     assert rows[0]["method"] == "target" and rows[0]["latency_ratio"] == 1.0
