@@ -24,6 +24,15 @@ def load_results(out_dir: Path, methods: list[str]) -> dict[str, dict[str, dict[
     return {m: ResultLog(out_dir / f"{m}.jsonl", key="id").done() for m in methods}
 
 
+def _tokens(method: str, r: dict[str, Any], model: str) -> int:
+    """Tokens written by `model`: step methods count them; plain ones wrote `tokens` with
+    the target (target, sd: sd's output is the target's) or the draft (draft)."""
+    if f"{model}_tokens" in r:
+        return int(r[f"{model}_tokens"])
+    writer = "draft" if method == "draft" else "target"
+    return int(r.get("tokens", 0)) if writer == model else 0
+
+
 def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """One row per method, on the problems every method has finished (a fair comparison)."""
     common = set.intersection(*(set(r) for r in results.values())) if results else set()
@@ -45,11 +54,8 @@ def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, A
             "median_latency_s": lat,
             "latency_ratio": lat / target_lat if target_lat else None,
             "target_share": (sum(r.get("target_steps", 0) for r in rs) / steps) if steps else None,
-            "draft_tokens": statistics.mean(r.get("draft_tokens", 0) for r in rs),
-            "target_tokens": statistics.mean(
-                r.get("target_tokens", r.get("tokens", 0) if method == "target" else 0)
-                for r in rs
-            ),
+            "draft_tokens": statistics.mean(_tokens(method, r, "draft") for r in rs),
+            "target_tokens": statistics.mean(_tokens(method, r, "target") for r in rs),
             "verify_share": sum(r.get("verify_s", 0.0) for r in rs) / total_time,
         })  # fmt: skip
     return rows
