@@ -44,9 +44,37 @@ def remaining_tokens(state: SpecGuardState, config: SpecGuardConfig) -> int:
 
 
 def finish_step(
-    deps: Deps, state: SpecGuardState, session: RunSession, record: StepRecord
+    deps: Deps,
+    state: SpecGuardState,
+    session: RunSession,
+    *,
+    text: str,
+    source: str,
+    accepted: bool,
+    ended: str,
+    tokens: int,
+    decision: dict[str, Any],
 ) -> dict[str, Any]:
-    """Append a step; when it ends the run, also the text, answer and status."""
+    """Record a step (with the selected draft candidate's signals) and append it; when it
+    ends the run, also the text, answer and status."""
+    sel = state["selected"]
+    record: StepRecord = {
+        "index": step_index(state),
+        "text": text,
+        "source": source,  # type: ignore[typeddict-item]
+        "grounding": state.get("grounding"),
+        "logprob": state.get("logprob"),
+        "score": decision.get("score"),
+        "accepted": accepted,
+        "candidates": [c["text"] for c in state["candidates"]],
+        "selected": sel,
+        "reason": decision.get("reason"),
+        "ended": ended,  # type: ignore[typeddict-item]
+        "cut": ended == "length",
+        "tokens": tokens,
+    }
+    if source != "draft":  # the draft candidate the step replaced
+        record["draft_text"] = state["candidates"][sel]["text"]
     record["fed"] = session.fed_since_step_start()
     record["time_s"] = time.perf_counter() - session.step_started
     steps = [*(state.get("steps") or []), record]

@@ -12,7 +12,7 @@ from langgraph.types import interrupt
 from ..config import SpecGuardConfig
 from ..errors import InputError
 from ..runtime import step_separator
-from ..state import SpecGuardState, StepRecord, add_numbers
+from ..state import SpecGuardState, add_numbers
 from .common import Deps, emit, finish_step, step_index
 
 
@@ -139,23 +139,10 @@ class DecideNode:
         piece = text + deps.spec.delimiter
         deps.draft.append_text(session.draft, piece)
         deps.target.append_text(session.target, piece)
-        record: StepRecord = {
-            "index": step_index(state),
-            "text": text,
-            "source": "human",
-            "grounding": state.get("grounding"),
-            "logprob": state.get("logprob"),
-            "score": decision["score"],
-            "accepted": True,
-            "candidates": [c["text"] for c in state["candidates"]],
-            "selected": state["selected"],
-            "draft_text": state["candidates"][state["selected"]]["text"],
-            "reason": decision["reason"],
-            "ended": "delimiter",
-            "cut": False,
-            "tokens": len(deps.draft.encode(piece)),
-        }
-        return finish_step(deps, state, session, record)
+        return finish_step(
+            deps, state, session, text=text, source="human", accepted=True,
+            ended="delimiter", tokens=len(deps.draft.encode(piece)), decision=decision,
+        )  # fmt: skip
 
     def _commit(self, state: SpecGuardState, sel: int, decision: dict[str, Any]) -> dict[str, Any]:
         deps = self.deps
@@ -172,19 +159,7 @@ class DecideNode:
         else:
             deps.draft.append_text(session.draft, cand["text"] + sep)
             deps.target.append_text(session.target, cand["text"] + sep)
-        record: StepRecord = {
-            "index": step_index(state),
-            "text": cand["text"],
-            "source": "draft",
-            "grounding": state.get("grounding"),
-            "logprob": state.get("logprob"),
-            "score": decision["score"],
-            "accepted": True,
-            "candidates": [c["text"] for c in state["candidates"]],
-            "selected": sel,
-            "reason": decision["reason"],
-            "ended": cand["ended"],
-            "cut": cand["ended"] == "length",
-            "tokens": cand["tokens"],
-        }
-        return finish_step(deps, state, session, record)
+        return finish_step(
+            deps, state, session, text=cand["text"], source="draft", accepted=True,
+            ended=cand["ended"], tokens=cand["tokens"], decision=decision,
+        )  # fmt: skip

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from ..runtime import step_separator
-from ..state import SpecGuardState, StepRecord, add_numbers
+from ..state import SpecGuardState, add_numbers
 from .common import Deps, finish_step, remaining_tokens, step_index
 
 
@@ -18,7 +18,7 @@ class TargetNode:
         t0 = time.perf_counter()
         deps, cfg = self.deps, self.deps.config
         session = deps.sessions.get(state)
-        index, sel = step_index(state), state["selected"]
+        index = step_index(state)
         sample = deps.target.sample(
             session.target,
             n=1,
@@ -34,25 +34,11 @@ class TargetNode:
             session.draft.extend(cand.token_ids)
         else:
             deps.draft.append_text(session.draft, cand.text + step_separator(deps.spec, cand.ended))
-        decision = state.get("decision") or {}
         elapsed = time.perf_counter() - t0
-        record: StepRecord = {
-            "index": index,
-            "text": cand.text,
-            "source": "target",
-            "grounding": state.get("grounding"),
-            "logprob": state.get("logprob"),
-            "score": decision.get("score"),
-            "accepted": False,
-            "candidates": [c["text"] for c in state["candidates"]],
-            "selected": sel,
-            "draft_text": state["candidates"][sel]["text"],
-            "reason": decision.get("reason"),
-            "ended": cand.ended,
-            "cut": cand.ended == "length",
-            "tokens": len(cand.token_ids),
-        }
-        update = finish_step(deps, state, session, record)
+        update = finish_step(
+            deps, state, session, text=cand.text, source="target", accepted=False,
+            ended=cand.ended, tokens=len(cand.token_ids), decision=state.get("decision") or {},
+        )  # fmt: skip
         update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})
         update["counts"] = add_numbers(update["counts"], {"target_tokens": len(cand.token_ids)})
         return update
