@@ -24,6 +24,11 @@ def slope(xs: list[float], ys: list[float]) -> float:
     )
 
 
+def sessions_of(graph):
+    """The run sessions the graph's nodes share (bound at build time, one store per graph)."""
+    return graph.builder.nodes["draft_k"].runnable.func.deps.sessions
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
