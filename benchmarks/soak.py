@@ -54,7 +54,7 @@ def main() -> None:
                 else "?"
             )
             print(f"| {i} | {rss:.1f} | {sessions} |", flush=True)
-    half = len(xs) // 2
+    half = min(len(xs) // 2, max(len(xs) - 2, 0))  # a slope needs two points
     print(
         f"slope over runs {xs[half]}..{xs[-1]}: "
         f"{100 * slope(xs[half:], ys[half:]):+.2f} MB per 100 runs; "
