@@ -255,13 +255,20 @@ def _run_one(graph: Any, question: str, *, as_json: bool) -> dict[str, Any]:
 
 @app.command()
 def bench(
-    dataset: Annotated[str, typer.Option(help="gsm8k (the 100 original test problems)")] = "gsm8k",
+    dataset: Annotated[
+        str, typer.Option(help="gsm8k (the 100 original test problems) | gsm-symbolic | champ")
+    ] = "gsm8k",
     data: Annotated[Path | None, typer.Option(help="JSONL of {question, answer} instead")] = None,
     limit: Annotated[int | None, typer.Option(help="first N problems")] = None,
     offset: Annotated[int, typer.Option(help="skip the first N problems")] = 0,
-    methods: Annotated[str, typer.Option(help="comma-separated methods")] = (
-        "target,sd,specguard-greedy,specguard"
-    ),
+    seed: Annotated[int, typer.Option(help="seed of generated problems (gsm-symbolic)")] = 0,
+    methods: Annotated[
+        str, typer.Option(help="comma-separated methods; SpecGuard ones take @field=value")
+    ] = "target,sd,specguard-greedy,specguard",
+    taus: Annotated[
+        str | None,
+        typer.Option(help="comma-separated τ values: run each SpecGuard method at each"),
+    ] = None,
     out: Annotated[Path, typer.Option(help="results directory (resumable)")] = Path(
         "benchmarks/results"
     ),
@@ -276,19 +283,12 @@ def bench(
     ] = False,
 ) -> None:
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
-    from .bench import methods as bench_methods
-    from .bench.report import load_results, markdown, plot, summarize
+    from .bench.report import load_results, markdown, plot, plot_tau_sweep, summarize
 
     try:
-        names = [m.strip() for m in methods.split(",") if m.strip()]
-        unknown = [m for m in names if m not in bench_methods.METHODS]
-        if unknown:
-            raise ConfigError(
-                f"unknown method(s) {', '.join(unknown)}; known: "
-                + ", ".join(bench_methods.METHODS)
-            )
+        names = _bench_methods(methods, taus)
         if not report_only:
-            _bench_run(names, dataset, data, limit, offset, config, max_tokens, out,
+            _bench_run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
                        (draft, target, embedder), quantize)  # fmt: skip
         rows = summarize(load_results(out, names))
         if not rows:
@@ -296,6 +296,8 @@ def bench(
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
         (out / "summary.md").write_text(markdown(rows, command))
         plot(rows, out / "accuracy_vs_latency.png")
+        if taus:
+            plot_tau_sweep(rows, out / "tau_sweep.png")
         Console().print((out / "summary.md").read_text())
     except SpecGuardError as exc:
         raise _fail(str(exc)) from None
@@ -303,7 +305,29 @@ def bench(
         raise _fail(f"interrupted: finished results are kept in {out}", 130) from None
 
 
-def _bench_run(names, dataset, data, limit, offset, config, max_tokens, out, paths, quantize):
+def _bench_methods(methods: str, taus: str | None) -> list[str]:
+    """The method list, each SpecGuard method expanded to one point per τ of a sweep."""
+    from .bench import methods as bench_methods
+
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [m for m in names if m.partition("@")[0] not in bench_methods.METHODS]
+    if unknown:
+        raise ConfigError(
+            f"unknown method(s) {', '.join(unknown)}; known: " + ", ".join(bench_methods.METHODS)
+        )
+    if taus:
+        try:
+            values = [float(t) for t in taus.split(",") if t.strip()]
+        except ValueError:
+            raise ConfigError(f"--taus: expected comma-separated numbers, got {taus!r}") from None
+        names = list(dict.fromkeys(bench_methods.with_tau(m, t) for m in names for t in values))
+    for name in names:
+        bench_methods.parse(name)  # bad overrides fail here, before any model loads
+    return names
+
+
+def _bench_run(names, dataset, data, limit, offset, seed, config, max_tokens, out, paths,
+               quantize):  # fmt: skip
     """Load the models once and run every method on every problem (resumable)."""
     from rich.progress import MofNCompleteColumn, TimeRemainingColumn
 
@@ -311,7 +335,7 @@ def _bench_run(names, dataset, data, limit, offset, config, max_tokens, out, pat
     from .bench import methods as bench_methods
     from .bench.run import run
 
-    problems = bench_data.load(dataset, data=data, limit=limit, offset=offset)
+    problems = bench_data.load(dataset, data=data, limit=limit, offset=offset, seed=seed)
     base = _config(config, {})
     d, t, e = _load_models(*paths, quantize=quantize, need_embedder=True)
     solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens) for m in names}

@@ -5,11 +5,25 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from specguard_graph.bench.data import from_jsonl, gsm8k_100
+from specguard_graph.bench.data import champ, from_jsonl, gsm8k_100
 from specguard_graph.bench.grade import grade
-from specguard_graph.bench.report import summarize, wilson
+from specguard_graph.bench.methods import parse, with_tau
+from specguard_graph.bench.report import summarize, tau_series, wilson
 from specguard_graph.bench.run import run
 from specguard_graph.cli import app
+from specguard_graph.errors import ConfigError
+
+
+@pytest.fixture
+def model_args(tmp_path, tiny):
+    """The tiny pair saved as model dirs, as the CLI's --draft/--target/--embedder options."""
+    root = tmp_path / "models"
+    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
+        lm.model.save_pretrained(root / name)
+        lm.tokenizer.save_pretrained(root / name)
+    tiny.embedder.model.save(str(root / "embedder"))
+    return ["--draft", str(root / "draft"), "--target", str(root / "target"),
+            "--embedder", str(root / "embedder")]  # fmt: skip
 
 
 def test_grading_uses_math_equivalence():
@@ -50,12 +64,7 @@ def test_run_resumes_after_an_interruption(tmp_path):
     assert [r["id"] for r in rows] == ["0", "1", "2", "3", "4"] and all(r["correct"] for r in rows)
 
 
-def test_bench_command_on_tiny_models(tmp_path, tiny):
-    root = tmp_path / "models"
-    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
-        lm.model.save_pretrained(root / name)
-        lm.tokenizer.save_pretrained(root / name)
-    tiny.embedder.model.save(str(root / "embedder"))
+def test_bench_command_on_tiny_models(tmp_path, model_args):
     data = tmp_path / "d.jsonl"
     data.write_text(
         '{"question": "1 + 1?", "answer": "2"}\n{"question": "2 + 2?", "answer": "4"}\n'
@@ -65,8 +74,7 @@ def test_bench_command_on_tiny_models(tmp_path, tiny):
     out = tmp_path / "out"
     args = ["bench", "--data", str(data), "--out", str(out), "--config", str(cfg),
             "--max-tokens", "16", "--methods", "target,draft,sd,rsd,specguard-greedy,specguard",
-            "--draft", str(root / "draft"), "--target", str(root / "target"),
-            "--embedder", str(root / "embedder")]  # fmt: skip
+            *model_args]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     summary = (out / "summary.md").read_text()
@@ -126,19 +134,15 @@ def test_calibration_fits_ranges_and_tau_to_the_budget():
         fit(signals[:3], SpecGuardConfig(), budget=0.3)
 
 
-def test_calibrate_command_writes_a_config_solve_accepts(tmp_path, tiny):
+def test_calibrate_command_writes_a_config_solve_accepts(tmp_path, model_args):
     from specguard_graph import SpecGuardConfig
 
-    root = tmp_path / "models"
-    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
-        lm.model.save_pretrained(root / name)
-        lm.tokenizer.save_pretrained(root / name)
     data = tmp_path / "dev.jsonl"
     data.write_text("".join(f'{{"question": "{i} + 1?", "answer": "{i + 1}"}}\n' for i in range(4)))
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"k": 1, "max_steps": 3, "max_step_tokens": 8}))
     out = tmp_path / "fitted.json"
-    models = ["--draft", str(root / "draft"), "--target", str(root / "target")]
+    models = model_args[:4]
     res = CliRunner().invoke(app, ["calibrate", "--data", str(data), "--config", str(base),
                                    "--budget", "0.5", "--out", str(out), *models])  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -155,3 +159,49 @@ def test_problems_are_the_outer_loop(tmp_path):
     problems = [{"id": str(i), "question": f"q{i}", "answer": "0"} for i in range(2)]
     run(problems, solvers, tmp_path)
     assert order == [("a", "q0"), ("b", "q0"), ("a", "q1"), ("b", "q1")]
+
+
+def test_method_names_carry_validated_config_overrides():
+    assert parse("specguard") == ("specguard", {})
+    assert parse("specguard-greedy@tau=0.55+max_step_tokens=96") == (
+        "specguard-greedy", {"tau": 0.55, "max_step_tokens": 96})  # fmt: skip
+    assert with_tau("specguard", 0.4) == "specguard@tau=0.4"
+    assert with_tau("specguard@k=2", 0.4) == "specguard@k=2+tau=0.4"
+    assert with_tau("target", 0.4) == "target"
+    for bad, msg in (("beam@tau=1", "unknown method"), ("target@tau=0.5", "only SpecGuard"),
+                     ("specguard@tau", "field=value"), ("specguard@tau=2", "tau"),
+                     ("specguard@nope=1", "nope")):  # fmt: skip
+        with pytest.raises(ConfigError, match=msg):
+            parse(bad)
+
+
+def test_tau_sweep_runs_each_point_and_plots_it(tmp_path, model_args):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(f'{{"question": "{i} + 1?", "answer": "{i + 1}"}}\n' for i in (1, 3)))
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"max_steps": 3, "max_step_tokens": 8}))
+    out = tmp_path / "sweep"
+    res = CliRunner().invoke(app, [
+        "bench", "--data", str(data), "--out", str(out), "--config", str(cfg),
+        "--max-tokens", "24", "--methods", "target,specguard-greedy", "--taus", "0,1.0",
+        *model_args])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    names = sorted(p.stem for p in out.glob("*.jsonl"))
+    assert names == ["specguard-greedy@tau=0", "specguard-greedy@tau=1", "target"]
+    rows = summarize({n: {r["id"]: r for r in map(json.loads, (out / f"{n}.jsonl").open())}
+                      for n in names})  # fmt: skip
+    (series,) = tau_series(rows).values()
+    (t0, at0), (t1, at1) = series
+    assert (t0, t1) == (0, 1) and at0["target_share"] == 0.0 and at1["target_share"] > 0.5
+    assert (out / "tau_sweep.png").stat().st_size > 1000
+    res = CliRunner().invoke(app, ["bench", "--methods", "specguard", "--taus", "x"])
+    assert res.exit_code == 2 and "--taus" in res.stderr
+
+
+def test_champ_stress_set_interleaves_categories():
+    problems = champ()
+    assert len(problems) == 270 and len({p["id"] for p in problems}) == 270
+    first = [p["id"].split("_")[1] for p in problems[:5]]
+    assert sorted(first) == ["Combinatorics", "Inequality", "Number-Theory", "Polynomial",
+                             "Sequence"]  # fmt: skip
+    assert problems[0]["answer"] == "239" and "length 6" in problems[0]["question"]

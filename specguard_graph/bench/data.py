@@ -37,6 +37,28 @@ def gsm8k_100() -> list[Problem]:
     return problems
 
 
+CHAMP = ("champ-dataset", "1.0.0",
+         "aa59df5ae28e2ec76a401a46faf3d6395920be8009a01ce451f7d5c131d82201")  # fmt: skip
+_CHAMP_FILE = "champ_dataset/dataset_files/v0.json"
+
+
+def champ() -> list[Problem]:
+    """The 270 CHAMP competition problems, categories interleaved so that a --limit is a mix.
+
+    Answers are often expressions or Yes/No (math-verify grades what it can parse)."""
+    (wheel,) = download([CHAMP])
+    with zipfile.ZipFile(wheel) as z:
+        raw = json.loads(z.read(_CHAMP_FILE))["problems"]
+    by_category: dict[str, list[Problem]] = {}
+    for key in sorted(raw, key=lambda k: (k.rsplit("_", 1)[0], int(k.rsplit("_", 1)[1]))):
+        x = raw[key]
+        by_category.setdefault(x["category"], []).append(
+            {"id": f"champ-{key}", "question": x["_text"], "answer": x["_answer"]}
+        )
+    columns = list(by_category.values())
+    return [c[i] for i in range(max(map(len, columns))) for c in columns if i < len(c)]
+
+
 def from_jsonl(path: str | Path) -> list[Problem]:
     problems = []
     try:
@@ -72,7 +94,7 @@ def gsm_symbolic(size: int = 50, seed: int = 0) -> list[Problem]:
     ]
 
 
-DATASETS = {"gsm8k": gsm8k_100, "gsm-symbolic": gsm_symbolic}
+DATASETS = {"gsm8k": gsm8k_100, "gsm-symbolic": gsm_symbolic, "champ": champ}
 
 
 def load(name: str | None, *, data: str | Path | None = None, limit: int | None = None,

@@ -3,11 +3,14 @@
 target / draft: one model alone, greedy. sd: token-level speculative decoding, transformers'
 assisted generation with the draft as assistant (output equals the target's greedy).
 rsd: step-level reward-guided decoding with the target as a one-prefill judge (rsd.py).
-specguard*: the graph with the paper's settings or an ablation.
+specguard*: the graph with the paper's settings or an ablation. A SpecGuard method name may
+carry config overrides after "@", joined by "+": `specguard-greedy@tau=0.55+max_step_tokens=96`
+(how `bench --taus` names the points of a τ sweep).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 import torch
 
 from ..config import SpecGuardConfig
+from ..errors import ConfigError
 from ..graph import build_graph
 from ..models.hf import LocalCausalLM
 from ..steps import ReasoningSteps
@@ -35,6 +39,36 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 }
 PLAIN = ("target", "draft", "sd", "rsd")
 METHODS = (*PLAIN, *ABLATIONS)
+
+
+def parse(name: str) -> tuple[str, dict[str, Any]]:
+    """Split "specguard@tau=0.5+k=2" into ("specguard", {"tau": 0.5, "k": 2})."""
+    base, at, params = name.partition("@")
+    if base not in METHODS:
+        raise ConfigError(f"unknown method {base!r}; known: {', '.join(METHODS)}")
+    if not at:
+        return base, {}
+    if base not in ABLATIONS:
+        raise ConfigError(f"{name!r}: only SpecGuard methods take @overrides")
+    overrides: dict[str, Any] = {}
+    for item in params.split("+"):
+        key, eq, value = item.partition("=")
+        if not (key and eq and value):
+            raise ConfigError(f"{name!r}: expected METHOD@field=value[+field=value]")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    SpecGuardConfig().replace(**ABLATIONS[base], **overrides)  # unknown field / bad value
+    return base, overrides
+
+
+def with_tau(name: str, tau: float) -> str:
+    """The name of `name`'s point at τ in a sweep (plain methods have no τ)."""
+    base, _ = parse(name)
+    if base not in ABLATIONS:
+        return name
+    return f"{name}{'+' if '@' in name else '@'}tau={tau:g}"
 
 
 def plain(lm: LocalCausalLM, max_tokens: int) -> Solve:
@@ -110,7 +144,6 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
         from .rsd import rsd
 
         return rsd(draft, target, max_step_tokens=base.max_step_tokens, max_tokens=max_tokens)
-    if name in ABLATIONS:
-        cfg = base.replace(max_total_tokens=max_tokens, **ABLATIONS[name])
-        return specguard(draft, target, embedder, cfg)
-    raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    method, overrides = parse(name)  # raises for an unknown name
+    changes = {"max_total_tokens": max_tokens, **ABLATIONS[method], **overrides}
+    return specguard(draft, target, embedder, base.replace(**changes))

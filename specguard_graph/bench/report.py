@@ -106,3 +106,49 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def tau_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, dict[str, Any]]]]:
+    """Rows of a τ sweep grouped by method without its τ, each series sorted by τ."""
+    from .methods import parse
+
+    series: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    for r in rows:
+        base, overrides = parse(r["method"])
+        if "tau" not in overrides:
+            continue
+        rest = "+".join(f"{k}={v}" for k, v in overrides.items() if k != "tau")
+        series.setdefault(f"{base}@{rest}" if rest else base, []).append((overrides["tau"], r))
+    return {name: sorted(points, key=lambda p: p[0]) for name, points in series.items()}
+
+
+def plot_tau_sweep(rows: list[dict[str, Any]], path: Path) -> None:
+    """Accuracy, target share and latency ratio against τ, with target-only for reference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    target = next((r for r in rows if r["method"] == "target"), None)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    for name, points in tau_series(rows).items():
+        taus = [t for t, _ in points]
+        axes[0].plot(taus, [100 * r["accuracy"] for _, r in points], "o-", label=name)
+        axes[1].plot(taus, [r["target_share"] or 0.0 for _, r in points], "o-", label=name)
+        if target is not None:
+            axes[2].plot(taus, [r["latency_ratio"] for _, r in points], "o-", label=name)
+    if target is not None:
+        axes[0].axhline(100 * target["accuracy"], color="k", ls="--", lw=1, label="target")
+        axes[2].axhline(1.0, color="k", ls="--", lw=1, label="target")
+        axes[2].axhline(0.75, color="r", ls=":", lw=1, label="0.75 × target")
+    for ax, ylabel in zip(axes, ("accuracy (%)", "share of steps recomputed by target",
+                                 "median latency / target's"), strict=True):  # fmt: skip
+        ax.set_xlabel("τ")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    axes[2].legend(fontsize=7)
+    fig.suptitle(f"τ sweep, n = {rows[0]['n'] if rows else 0} problems")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
