@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
@@ -344,11 +345,20 @@ def _bench_run(names, dataset, data, limit, offset, seed, config, max_tokens, ou
         TimeElapsedColumn(), TimeRemainingColumn(), console=err,
     ) as progress:  # fmt: skip
         tasks: dict[str, Any] = {}
+        start, at_start, now = time.monotonic(), {}, {}
 
         def report(method: str, done: int, total: int) -> None:
             if method not in tasks:
                 tasks[method] = progress.add_task(method, total=total, completed=done)
+                at_start[method] = done
             progress.update(tasks[method], completed=done)
+            now[method] = done
+            if not err.is_terminal and done > at_start[method]:  # a log file: one line each
+                elapsed = time.monotonic() - start
+                finished = sum(now.values()) - sum(at_start.values())
+                left = total * len(names) - sum(now.values())
+                err.print(f"{method} {done}/{total}  elapsed {elapsed / 60:.1f} min  "
+                          f"eta {elapsed / finished * left / 60:.1f} min")  # fmt: skip
 
         run(problems, solvers, out, report)
 

@@ -186,6 +186,7 @@ def test_tau_sweep_runs_each_point_and_plots_it(tmp_path, model_args):
         "--max-tokens", "24", "--methods", "target,specguard-greedy", "--taus", "0,1.0",
         *model_args])  # fmt: skip
     assert res.exit_code == 0, res.output
+    assert "specguard-greedy@tau=1 2/2" in res.stderr and "eta 0.0 min" in res.stderr  # log lines
     names = sorted(p.stem for p in out.glob("*.jsonl"))
     assert names == ["specguard-greedy@tau=0", "specguard-greedy@tau=1", "target"]
     rows = summarize({n: {r["id"]: r for r in map(json.loads, (out / f"{n}.jsonl").open())}
