@@ -1,12 +1,43 @@
-"""Step-level speculative decoding (SpecGuard) as a LangGraph state machine."""
+"""Step-level speculative decoding (SpecGuard) as a LangGraph state machine.
 
-from .config import SpecGuardConfig
-from .errors import ConfigError, InputError, ModelLoadError, SpecGuardError
-from .graph import NODES, build_graph
-from .models.callable import CallableStepModel, StepOutput
-from .models.embedder import SentenceEmbedder
-from .models.hf import LocalCausalLM
-from .steps import PlanSteps, ReasoningSteps, StepSpec, ToolCallSteps, get_step_spec
+The public names are imported lazily (PEP 562), so the model layer
+(`specguard_graph.models.hf`) works with torch and transformers alone: a GPU box that has
+no LangGraph or pydantic can still run `benchmarks/decode_speed.py`, and `import
+specguard_graph` stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .config import SpecGuardConfig
+    from .errors import ConfigError, InputError, ModelLoadError, SpecGuardError
+    from .graph import NODES, build_graph
+    from .models.callable import CallableStepModel, StepOutput
+    from .models.embedder import SentenceEmbedder
+    from .models.hf import LocalCausalLM
+    from .steps import PlanSteps, ReasoningSteps, StepSpec, ToolCallSteps, get_step_spec
+
+_WHERE = {
+    "SpecGuardConfig": ".config",
+    "ConfigError": ".errors",
+    "InputError": ".errors",
+    "ModelLoadError": ".errors",
+    "SpecGuardError": ".errors",
+    "NODES": ".graph",
+    "build_graph": ".graph",
+    "CallableStepModel": ".models.callable",
+    "StepOutput": ".models.callable",
+    "SentenceEmbedder": ".models.embedder",
+    "LocalCausalLM": ".models.hf",
+    "PlanSteps": ".steps",
+    "ReasoningSteps": ".steps",
+    "StepSpec": ".steps",
+    "ToolCallSteps": ".steps",
+    "get_step_spec": ".steps",
+}
 
 __all__ = [
     "NODES",
@@ -26,3 +57,16 @@ __all__ = [
     "build_graph",
     "get_step_spec",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

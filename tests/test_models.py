@@ -145,3 +145,24 @@ def test_save_and_load_round_trip(tiny, tmp_path):
     a = sample(tiny.draft, pc1, n=1, temperature=0.0).candidates[0].token_ids
     b = sample(again, pc2, n=1, temperature=0.0).candidates[0].token_ids
     assert a == b
+
+
+def test_model_layer_imports_without_langgraph_or_pydantic():
+    """The GPU box for benchmarks/decode_speed.py has torch and transformers only."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, specguard_graph.models.hf, specguard_graph.steps\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('langgraph', 'pydantic'))\n"
+        "assert not bad, bad\n"
+        "import specguard_graph as s\n"
+        "assert s.build_graph.__module__ == 'specguard_graph.graph'\n"
+        "assert sorted(s.__all__) == sorted(s._WHERE)\n"
+        "assert all(hasattr(s, n) for n in s.__all__)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    import specguard_graph
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        specguard_graph.nope  # noqa: B018
