@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.hf import LocalCausalLM, quantize_int8
 from specguard_graph.steps import ReasoningSteps
 
 NEVER = "\x00\x01never"  # a delimiter that never appears: every row runs the full length
@@ -89,7 +89,7 @@ def load(role: str, option: str, device: str, random_weights: Path | None) -> Lo
     )
     model.to(device)
     if opt["quantize"] == "int8":
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        model = quantize_int8(model)
     tok = AutoTokenizer.from_pretrained(src, local_files_only=True)
     return LocalCausalLM(model, tok, name=f"{role} (random weights)")
 

@@ -18,6 +18,7 @@ computed in one prefill per candidate. Prints a per-step log and a summary table
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
@@ -52,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
     t_start = time.perf_counter()
     draft, target, embedder = load_lm("draft"), load_lm("target"), load_embedder()
-    rows: dict[str, list[float]] = {"batched": [], "single": [], "medoid": [], "others": []}
+    rows: dict[str, list[float]] = {"single": [], "medoid": [], "others": []}
     lengths: dict[str, list[int]] = {"medoid": [], "others": [], "single": []}
     rank_of_medoid: list[int] = []
     kw = dict(
@@ -73,7 +74,6 @@ def main() -> None:
             q_b = [target_quality(target, pc_t, ctx, c) for c in batch.candidates]
             q_s = [target_quality(target, pc_t, ctx, c) for c in singles]
             m = select_medoid(embedder.embed([c.text for c in batch.candidates]))
-            rows["batched"] += q_b
             rows["single"] += q_s
             rows["medoid"].append(q_b[m])
             rows["others"] += [q for i, q in enumerate(q_b) if i != m]
@@ -100,9 +100,11 @@ def main() -> None:
     )
     print("| candidates | n | mean target log-prob/token | median | median tokens |")
     print("|---|---|---|---|---|")
+    rows["batched"] = rows["medoid"] + rows["others"]  # every row of every batch
+    lengths["batched"] = lengths["medoid"] + lengths["others"]
     for name in ("batched", "single", "medoid", "others"):
-        qs = [q for q in rows[name] if q == q]
-        ls = lengths.get(name) or lengths["medoid"] + lengths["others"]
+        qs = [q for q in rows[name] if not math.isnan(q)]
+        ls = lengths[name]
         print(
             f"| {name} | {len(qs)} | {statistics.fmean(qs):.3f} | {statistics.median(qs):.3f} "
             f"| {statistics.median(ls):.0f} |"

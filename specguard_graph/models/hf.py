@@ -169,6 +169,11 @@ class _StepDelimiterCriteria(StoppingCriteria):
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
+def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
+    """Dynamic int8 on every Linear (CPU only): the fastest CPU option measured in the README."""
+    return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -235,9 +240,7 @@ class LocalCausalLM:
         if quantize == "int8":
             if device != "cpu":
                 raise ModelLoadError("int8 dynamic quantisation is CPU-only")
-            model = torch.ao.quantization.quantize_dynamic(
-                model, {torch.nn.Linear}, dtype=torch.qint8
-            )
+            model = quantize_int8(model)
         return cls(model, tokenizer, name=path.name)
 
     # ---- facts -----------------------------------------------------------------------------
