@@ -284,18 +284,29 @@ def bench(
     ] = False,
 ) -> None:
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
-    from .bench.report import load_results, markdown, plot, plot_tau_sweep, summarize
+    from .bench.report import (
+        load_results,
+        markdown,
+        paired_markdown,
+        plot,
+        plot_tau_sweep,
+        summarize,
+    )
 
     try:
         names = _bench_methods(methods, taus)
         if not report_only:
             _bench_run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
                        (draft, target, embedder), quantize)  # fmt: skip
-        rows = summarize(load_results(out, names))
+        results = load_results(out, names)
+        rows = summarize(results)
         if not rows:
             raise InputError(f"no finished results for {', '.join(names)} in {out}")
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
-        (out / "summary.md").write_text(markdown(rows, command))
+        summary = markdown(rows, command)
+        if pairs := paired_markdown(results):
+            summary += "\n" + pairs
+        (out / "summary.md").write_text(summary)
         plot(rows, out / "accuracy_vs_latency.png")
         if taus:
             plot_tau_sweep(rows, out / "tau_sweep.png")

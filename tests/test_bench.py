@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from specguard_graph.bench.data import champ, from_jsonl, gsm8k_100
 from specguard_graph.bench.grade import grade
 from specguard_graph.bench.methods import parse, with_tau
-from specguard_graph.bench.report import summarize, tau_series, wilson
+from specguard_graph.bench.report import paired, paired_markdown, summarize, tau_series, wilson
 from specguard_graph.bench.run import run
 from specguard_graph.cli import app
 from specguard_graph.errors import ConfigError
@@ -30,6 +30,24 @@ def test_grading_uses_math_equivalence():
     assert grade("7", "7") and grade("7.0", "7") and grade(r"\frac{20}{2}", "10")
     assert grade("1,000", "1000") and not grade("8", "7")
     assert not grade(None, "7") and not grade("", "7") and not grade(r"\frac{", "7")
+
+
+def test_paired_comparison_counts_discordant_problems_and_exact_mcnemar():
+    # 13 discordant problems split 10:3 -> two-sided binomial p = 2 * 378 / 2**13.
+    a_right = [True] * 10 + [False] * 3 + [True] * 5 + [False] * 20
+    b_right = [False] * 10 + [True] * 3 + [True] * 5 + [False] * 20
+    results = {
+        name: {str(i): {"correct": c} for i, c in enumerate(right)}
+        for name, right in (("a", a_right), ("b", b_right))
+    }
+    results["b"]["extra"] = {"correct": True}  # unfinished by a: left out of the pairing
+    c = paired(results, "a", "b")
+    assert (c["n"], c["a_only"], c["b_only"]) == (38, 10, 3)
+    assert c["p"] == pytest.approx(2 * 378 / 2**13)
+    assert paired(results, "a", "a")["p"] == 1.0
+    table = paired_markdown({**results, "c": results["a"]})
+    assert "| a | 10:3 (0.092) | 0:0 (1) |" in table
+    assert "| b |  | 3:10 (0.092) |" in table
 
 
 def test_wilson_interval():

@@ -33,9 +33,14 @@ def _tokens(method: str, r: dict[str, Any], model: str) -> int:
     return int(r.get("tokens", 0)) if writer == model else 0
 
 
+def _common(results: dict[str, dict[str, dict[str, Any]]]) -> set[str]:
+    """Problems every method has finished: the only fair ground for comparing them."""
+    return set.intersection(*(set(r) for r in results.values())) if results else set()
+
+
 def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """One row per method, on the problems every method has finished (a fair comparison)."""
-    common = set.intersection(*(set(r) for r in results.values())) if results else set()
+    common = _common(results)
     target_lat = None
     if "target" in results and common:
         target_lat = statistics.median(results["target"][i]["latency_s"] for i in common)
@@ -82,6 +87,46 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
             f"{r['draft_tokens']:.0f} | {r['target_tokens']:.0f} | "
             f"{100 * r['verify_share']:.1f} % |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def paired(results: dict[str, dict[str, dict[str, Any]]], a: str, b: str) -> dict[str, Any]:
+    """Which problems only `a` or only `b` solved, with the exact McNemar p-value.
+
+    Both methods see the same problems, so the discordant pairs carry the evidence; the
+    Wilson intervals of two accuracies overlap long after a paired test can tell them apart.
+    """
+    from scipy.stats import binomtest
+
+    common = _common(results)
+    ra, rb = results[a], results[b]
+    a_only = sum(bool(ra[i]["correct"]) and not rb[i]["correct"] for i in common)
+    b_only = sum(bool(rb[i]["correct"]) and not ra[i]["correct"] for i in common)
+    p = binomtest(a_only, a_only + b_only, 0.5).pvalue if a_only + b_only else 1.0
+    return {"n": len(common), "a_only": a_only, "b_only": b_only, "p": float(p)}
+
+
+def paired_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Every pair of methods once (upper triangle), as `row-only:column-only (p)`."""
+    methods = list(results)
+    if len(methods) < 2 or not _common(results):
+        return ""
+    lines = [
+        "Paired on the same problems — cell: solved only by the row method : only by the "
+        "column method (exact McNemar p, two-sided):",
+        "",
+        "| | " + " | ".join(methods[1:]) + " |",
+        "|---" * len(methods) + "|",
+    ]
+    for i, a in enumerate(methods[:-1]):
+        cells = []
+        for j, b in enumerate(methods[1:], start=1):
+            if j <= i:
+                cells.append("")
+                continue
+            c = paired(results, a, b)
+            cells.append(f"{c['a_only']}:{c['b_only']} ({c['p']:.2g})")
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
