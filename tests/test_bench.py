@@ -99,6 +99,7 @@ def test_bench_command_on_tiny_models(tmp_path, model_args):
     for m in ("target", "draft", "sd", "rsd", "specguard-greedy", "specguard"):
         assert f"| {m} | 2 |" in summary
         assert len((out / f"{m}.jsonl").read_text().splitlines()) == 2
+    assert "exact McNemar" in summary and "| target | " in summary.split("McNemar")[1]
     assert (out / "accuracy_vs_latency.png").stat().st_size > 1000
     (out / "summary.md").unlink()
     again = CliRunner().invoke(app, [*args, "--report-only"])  # no models loaded, nothing run
