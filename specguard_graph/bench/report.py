@@ -119,13 +119,8 @@ def paired_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
         "|---" * len(methods) + "|",
     ]
     for i, a in enumerate(methods[:-1]):
-        cells = []
-        for j, b in enumerate(methods[1:], start=1):
-            if j <= i:
-                cells.append("")
-                continue
-            c = paired(results, a, b)
-            cells.append(f"{c['a_only']}:{c['b_only']} ({c['p']:.2g})")
+        pairs = [paired(results, a, b) for b in methods[i + 1 :]]
+        cells = [""] * i + [f"{c['a_only']}:{c['b_only']} ({c['p']:.2g})" for c in pairs]
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
