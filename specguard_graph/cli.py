@@ -31,7 +31,14 @@ out = Console()
 DraftPath = Annotated[str | None, typer.Option("--draft", help="draft model dir or .gguf")]
 TargetPath = Annotated[str | None, typer.Option("--target", help="target model dir or .gguf")]
 EmbedderPath = Annotated[str | None, typer.Option("--embedder", help="sentence-transformers dir")]
-QuantizeOpt = Annotated[str, typer.Option("--quantize", help="auto | none | int8 (CPU)")]
+QuantizeOpt = Annotated[
+    str,
+    typer.Option(
+        "--quantize",
+        help="CPU weight format: auto (= bf16) | bf16 | int8 | none (float32) | "
+        "dynamic-int8 (fast, batch-dependent, unfaithful)",
+    ),
+]
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -203,9 +210,12 @@ def _load_models(draft, target, embedder, *, quantize, need_embedder, device="au
                  dtype="auto"):  # fmt: skip
     """Draft, target and (when the vote needs it) embedder, loaded once per process."""
     from .models.loading import load_embedder, load_lm
+    from .models.numerics import QUANTIZE_CHOICES
 
-    if quantize not in ("auto", "none", "int8"):
-        raise ConfigError(f"--quantize must be auto, none or int8, got {quantize!r}")
+    if quantize not in QUANTIZE_CHOICES:
+        raise ConfigError(
+            f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}"
+        )
     _quiet_hf()
     with err.status("loading models (once per process)…"):
         d = load_lm("draft", draft, device=device, dtype=dtype, quantize=quantize)

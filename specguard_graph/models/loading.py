@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
 import torch
 
 from ..errors import ModelLoadError
 from .embedder import SentenceEmbedder
 from .hf import LocalCausalLM
+from .numerics import Quantize
 from .registry import DEFAULTS, model_dir
-
-Quantize = Literal["auto", "none", "int8"]
 
 
 def resolve(role: str, path: str | Path | None) -> Path:
@@ -57,8 +55,9 @@ def load_lm(
     quantize: Quantize = "auto",
     threads: int | None = None,
 ) -> LocalCausalLM:
-    """Load a draft or target. On CPU the default is dynamic int8 on float32, the fastest
-    option that kept answers (see the README's CPU table); CUDA gets bfloat16."""
+    """Load a draft or target. On CPU the default is weight-only int8 on float32 (`numerics`):
+    it computes the same model whatever the batch, top-1 within 1 % of float32; CUDA gets
+    bfloat16."""
     dev = pick_device(device)
     if threads or os.environ.get("SPECGUARD_THREADS"):
         torch.set_num_threads(int(threads or os.environ["SPECGUARD_THREADS"]))

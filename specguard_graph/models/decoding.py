@@ -1,0 +1,101 @@
+"""The step sampling loop: one forward per token over all rows, nothing else per token.
+
+`transformers.generate` was the loop before; profiling a draft step showed its per-token
+extras (input preparation, processor lists, a stopping criterion that decoded every row's
+tail text each token) costing as much as a small model's forward. This loop keeps only what a
+step needs: the raw log-probability of each chosen token (for the signal), safe logits to
+sample from, a per-call `torch.Generator` (so concurrent runs never share random numbers),
+and delimiter detection on memoised token pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+Piece = Callable[[int], str]
+
+
+@dataclass
+class Decoded:
+    tokens: torch.Tensor  # rows x T generated ids (pad after a row has ended)
+    logprobs: torch.Tensor  # rows x T, log p of each token under the raw distribution
+
+
+class DelimiterWatch:
+    """Tells when a row's generated text (never the prompt) contains the delimiter.
+
+    Each token's text piece is decoded once per model and remembered, and a row keeps only
+    the last len(delimiter) - 1 characters it has seen, so a check costs a dict lookup."""
+
+    def __init__(self, piece: Piece, delimiter: str, rows: int):
+        self.piece, self.delimiter = piece, delimiter
+        self.tails = [""] * rows
+        self.keep = max(len(delimiter) - 1, 0)
+
+    def seen(self, row: int, token: int) -> bool:
+        text = self.tails[row] + self.piece(token)
+        if self.delimiter in text:
+            return True
+        self.tails[row] = text[len(text) - self.keep :] if self.keep else ""
+        return False
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float,
+            generator: torch.Generator) -> torch.Tensor:  # fmt: skip
+    logits = logits / temperature if temperature != 1.0 else logits
+    probs = torch.softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        # keep the smallest set whose mass reaches top_p (the top token always stays)
+        drop = (sorted_p.cumsum(-1) - sorted_p) >= top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+@torch.inference_mode()
+def decode(
+    model: Any,
+    cache: Any,
+    last: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    watch: DelimiterWatch,
+) -> Decoded:
+    """Generate up to `max_new_tokens` per row after `last` (one id per row, not yet in
+    `cache`), stopping a row at EOS or once its text holds the delimiter."""
+    device = next(model.parameters()).device
+    rows = len(last)
+    greedy = temperature <= 0.0
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    eos = torch.tensor(sorted(eos_ids) or [-1], device=device)
+    alive = torch.ones(rows, dtype=torch.bool, device=device)
+    x = torch.tensor([[t] for t in last], device=device)
+    tokens, logprobs = [], []
+    for _ in range(max_new_tokens):
+        logits = model(input_ids=x, cache=cache, use_cache=True).logits[:, -1].float()
+        # raw log p (NaN stays NaN, so the step is flagged); sample from sanitised logits
+        lse = torch.logsumexp(logits, dim=-1)
+        safe = torch.nan_to_num(logits, nan=0.0)
+        nxt = safe.argmax(-1) if greedy else _sample(safe, temperature, top_p, gen)
+        nxt = torch.where(alive, nxt, torch.full_like(nxt, pad_id))
+        tokens.append(nxt)
+        logprobs.append(logits.gather(1, nxt[:, None]).squeeze(1) - lse)
+        ids, ended = nxt.tolist(), torch.isin(nxt, eos).tolist()
+        for r, live in enumerate(alive.tolist()):
+            if live and (ended[r] or watch.seen(r, ids[r])):
+                alive[r] = False
+        if not alive.any():
+            break
+        x = nxt[:, None]
+    return Decoded(torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1))

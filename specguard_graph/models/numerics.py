@@ -1,0 +1,125 @@
+"""CPU weight formats, chosen for fidelity first: every forward must compute the same model.
+
+`int8` (the CPU default) stores each Linear's weight as int8 with one scale per output channel
+and keeps everything else (embeddings, norms, attention, the residual stream) in float32. Its
+matmul rounds the activation row to bfloat16 and runs torch's weight-only int8 kernel, which
+reduces each output element the same way whatever the number of rows: a token scores the same
+fed alone, in a chunk, or as one of k candidate rows. The scales are rounded *up* to bfloat16
+values before quantising, so the kernel applies them exactly and no channel is biased.
+
+`dynamic-int8` (torch's `quantize_dynamic`) is kept only as an explicit opt-in: it quantises the
+activations with one scale for all rows of a forward, so its output depends on what else is in
+the batch, and it agrees with float32 on the top-1 token only ~74 % (draft) / 84 % (target) of
+the time (`benchmarks/fidelity.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import nn
+
+Quantize = Literal["auto", "none", "int8", "int8x2", "dynamic-int8"]
+QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "none", "int8", "int8x2", "dynamic-int8")
+
+
+def _int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel int8 of `w` with bfloat16 scales rounded up (exact in the kernel)."""
+    amax = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
+    scale = _bf16_ceil(amax / 127.0)  # |w / scale| <= 127 still holds
+    q = torch.round(w / scale.to(torch.float32)[:, None]).clamp_(-127, 127)
+    return q.to(torch.int8), scale
+
+
+class Int8WeightOnlyLinear(nn.Module):
+    """A Linear with int8 weights, one scale per output channel; row-invariant by construction.
+
+    With `terms=2` the rounding error of the first int8 matrix is itself stored as a second one
+    (its own scales), so the weight is kept to ~1e-4 of its row maximum, bfloat16's precision.
+    Both live in one stacked matrix: one kernel call, whose two halves are added in float32."""
+
+    def __init__(self, linear: nn.Linear, terms: int = 1):
+        super().__init__()
+        if terms not in (1, 2):
+            raise ValueError("terms must be 1 or 2")
+        w = linear.weight.detach().to(torch.float32)
+        self.in_features, self.out_features, self.terms = w.shape[1], w.shape[0], terms
+        qs, scales = [], []
+        for _ in range(terms):
+            q, scale = _int8_rows(w)
+            qs.append(q)
+            scales.append(scale)
+            w = w - q.to(torch.float32) * scale.to(torch.float32)[:, None]
+        self.register_buffer("weight_int8", torch.cat(qs).contiguous())
+        self.register_buffer("scale", torch.cat(scales))
+        bias = linear.bias
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        y = torch._weight_int8pack_mm(rows, self.weight_int8, self.scale).to(x.dtype)
+        if self.terms == 2:
+            y = y[:, : self.out_features] + y[:, self.out_features :]
+        y = y.reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight this layer computes with, in float32 (for tests and fidelity checks)."""
+        w = self.weight_int8.to(torch.float32) * self.scale.to(torch.float32)[:, None]
+        return w.reshape(self.terms, self.out_features, self.in_features).sum(0)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, " + (
+            "int8 weight" if self.terms == 1 else "int8 weight + int8 residual"
+        )
+
+
+def _bf16_ceil(x: torch.Tensor) -> torch.Tensor:
+    """The smallest bfloat16 value >= x, elementwise (x > 0)."""
+    b = x.to(torch.bfloat16)
+    below = b.to(torch.float32) < x
+    return torch.where(below, torch.nextafter(b, torch.full_like(b, torch.inf)), b)
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """Replace every nn.Linear (the LM head included) with `Int8WeightOnlyLinear`, in place."""
+    return _replace_linears(model, Int8WeightOnlyLinear)
+
+
+def quantize_int8x2(model: nn.Module) -> nn.Module:
+    """Replace every nn.Linear with a two-term `Int8WeightOnlyLinear`, in place."""
+    return _replace_linears(model, lambda lin: Int8WeightOnlyLinear(lin, terms=2))
+
+
+def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> nn.Module:
+    if getattr(model.config, "tie_word_embeddings", False):
+        # the head gets its own int8 copy; the input embedding stays float32 for lookups
+        model.config.tie_word_embeddings = False
+    for parent in list(model.modules()):
+        for attr, sub in list(parent.named_children()):
+            if type(sub) is nn.Linear:
+                setattr(parent, attr, make(sub))
+    return model
+
+
+def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
+    """torch's dynamic int8 (per-tensor activation scale per forward): fast, batch-dependent."""
+    return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+
+
+def apply(model: nn.Module, quantize: str, device: str) -> nn.Module:
+    """Apply a resolved (non-"auto") weight format to a loaded model."""
+    if quantize == "none":
+        return model
+    formats = {
+        "int8": quantize_int8,
+        "int8x2": quantize_int8x2,
+        "dynamic-int8": quantize_dynamic_int8,
+    }
+    if quantize not in formats:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}")
+    if not device.startswith("cpu"):
+        raise ValueError(f"{quantize} is a CPU weight format (device is {device})")
+    return formats[quantize](model)
