@@ -1,4 +1,4 @@
-"""End to end on the embedded Qwen2.5-Coder 0.5B/1.5B pair (int8 on CPU)."""
+"""End to end on the embedded Qwen2.5-Coder 0.5B/1.5B pair (weight-only int8 on CPU)."""
 
 import pytest
 
@@ -31,32 +31,38 @@ def test_real_pair_draft_branch_then_target_branch(real_pair):
 
 
 def test_real_draft_signals_equal_a_scoring_forward(real_pair):
-    """fp32: the captured signals are exactly a separate forward's. int8 (the CPU default):
-    torch's dynamic quantisation scales activations per call, so numbers shift with the batch
-    (k rows vs one scoring pass) but stay close to the fp32 model's."""
+    """The CPU default computes one model: the log-probs captured while sampling two rows are
+    a separate one-row scoring forward's to float rounding of the log-softmax, and close to
+    float32's (int8 weights move near-ties only)."""
     from specguard_graph.models.loading import load_lm
 
-    int8, _, _ = real_pair
-    fp32 = load_lm("draft", quantize="none")
+    draft, _, _ = real_pair
     spec = ReasoningSteps()
-    layers = fp32.capture_layers(3)
+    layers = draft.capture_layers(3)
 
-    def sampled(lm):
-        pc = lm.new_prefix(spec.render_prompt(QUESTION, lm.tokenizer))
-        return lm.sample(
-            pc, n=2, delimiter="\n\n", max_new_tokens=16, temperature=0.7, capture_layers=layers
-        )
+    def prefix(lm):
+        return lm.new_prefix(spec.render_prompt(QUESTION, lm.tokenizer))
 
-    s = sampled(fp32)
+    s = draft.sample(prefix(draft), n=2, delimiter="\n\n", max_new_tokens=16, temperature=0.7,
+                     capture_layers=layers)  # fmt: skip
     c = s.candidates[0]
-    fresh = fp32.new_prefix(spec.render_prompt(QUESTION, fp32.tokenizer))
-    lps, atts = fp32.score(fresh, c.token_ids[: c.n_scored], layers)
-    assert lps == pytest.approx(c.token_logprobs, abs=1e-3)
+    lps, atts = draft.score(prefix(draft), c.token_ids[: c.n_scored], layers)
+    assert lps == pytest.approx(c.token_logprobs, abs=1e-5)
     for a, b in zip(s.attentions(0), atts, strict=True):
-        assert (a - b).abs().max() < 1e-3
+        assert (a - b).abs().max() < 1e-5
 
-    q = sampled(int8).candidates[0]
-    fresh = fp32.new_prefix(spec.render_prompt(QUESTION, fp32.tokenizer))
-    ref, _ = fp32.score(fresh, q.token_ids[: q.n_scored], layers)
-    diffs = sorted(abs(a - b) for a, b in zip(ref, q.token_logprobs, strict=True))
-    assert diffs[len(diffs) // 2] < 0.2, diffs
+    fp32 = load_lm("draft", quantize="none")
+    ref, _ = fp32.score(prefix(fp32), c.token_ids[: c.n_scored], layers)
+    diffs = sorted(abs(a - b) for a, b in zip(ref, c.token_logprobs, strict=True))
+    assert diffs[len(diffs) // 2] < 0.05, diffs
+
+
+def test_token_level_sd_reproduces_the_target_exactly(real_pair):
+    """Greedy speculative decoding is lossless only if the target's verification forward (many
+    tokens) computes what its plain decode (one token) does: the default format must."""
+    from specguard_graph.bench.methods import assisted, plain
+
+    draft, target, _ = real_pair
+    sd = assisted(target, draft, max_tokens=48)(QUESTION)
+    alone = plain(target, max_tokens=48)(QUESTION)
+    assert sd["text"] == alone["text"] and sd["tokens"] == alone["tokens"]

@@ -1,18 +1,18 @@
-"""Attention capture that costs no extra forward pass.
+"""Attention that computes one model whatever the feeding, and captures its weights for free.
 
-We register one attention implementation with transformers' `AttentionInterface`. Every
-layer computes its output with the fused SDPA kernel; layers whose weights are wanted also
-compute softmax(QKᵀ) (the only form that exposes the weights) and copy their rows into the
-active `AttentionCapture`. So memory for captured attention grows with the number of captured
-layers only, and the model computes exactly the same with capture on or off.
+We register one attention implementation with transformers' `AttentionInterface`. On the CPU
+every layer computes attention in float64 and rounds the result to float32: torch's float32
+SDPA kernel rounds a query row differently depending on the call's shape (a block of one or
+two query rows takes a small-matrix path; the key count changes the reduction's tail), so a
+token decoded alone would not score what it scores inside a prefill or a verification forward
+(up to 0.8 in a log-prob on the 1.5B target). In float64 the shape-dependent rounding stays
+far below float32's last bit, so the rounded result is the same; the cost is attention work
+only, small beside the weights (`benchmarks/fidelity.py`, `tests/test_numerics.py`).
 
-SDPA on the CPU rounds a query row differently depending on the call's shape: a block of one
-or two query rows takes a small-matrix path, and the last key block's length changes the
-reduction (up to 0.3 in a log-prob after a few layers). A token decoded alone would not
-score what it scores inside a prefill or a verification forward. `_sdpa` pads both so that
-every row meets the same kernel shapes; the padding costs attention work only, which is small
-beside the weights, and makes a token's output independent of how its tokens were fed
-(`benchmarks/fidelity.py`, `tests/test_numerics.py`).
+Layers whose weights are wanted copy softmax(QKᵀ) into the active `AttentionCapture`: on the
+CPU these are the weights the output was computed with; elsewhere SDPA computes the output and
+the weights are computed beside it. Memory for captured attention grows with the number of
+captured layers only.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def capture_attention(layers: frozenset[int]) -> Iterator[AttentionCapture]:
         _ACTIVE.reset(token)
 
 
-def _weights(
+def _weights(  # for SDPA's devices, which do not return them
     module: torch.nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -91,53 +91,50 @@ def _weights(
     return torch.softmax(scores, dim=-1)
 
 
-KV_BLOCK = 512  # torch's CPU flash attention splits keys in blocks of this many
+Q_BLOCK = 256  # query rows per float64 block: bounds the score matrix's memory
 
 
-def _query_rows(q: int) -> int:
-    """Rows to run so that no query block of the CPU kernel has 1 or 2 rows (its small-matrix
-    path rounds differently). The kernel splits queries in 32s, 64s from 192, 256s from 768."""
-    r = max(q, 4)
-    while r % (256 if r >= 768 else 64 if r >= 192 else 32) in (1, 2):
-        r += 1
-    return r
+def _mask(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, device) -> torch.Tensor:
+    """A boolean (or additive) mask over the keys; None means bottom-right causal."""
+    if attention_mask is None:
+        causal = torch.ones(q_len, kv_len, dtype=torch.bool, device=device)
+        return causal.tril(kv_len - q_len)[None, None]
+    return attention_mask[..., :kv_len]
 
 
-def _sdpa(
+def _attention64(
     module: torch.nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    **kwargs: Any,
-) -> torch.Tensor:
-    """SDPA whose result for a query row does not depend on how many rows or keys the call has.
-
-    On the CPU, queries are padded (copies of the last row, sliced off after) and keys padded
-    to whole blocks (masked out), so every row meets the same kernel shapes whichever way its
-    tokens were fed; elsewhere this is plain SDPA."""
-    if query.device.type != "cpu":
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)[0]
+    scaling: float | None,
+    want_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attention in float64, rounded to the input dtype: a row's result does not depend on
+    how many rows or keys the call carries (the float32 kernels' blocking and tails change
+    the rounding; float64 sums differ only far below float32's last bit)."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    k = repeat_kv(key, groups).double().transpose(2, 3)
+    v = repeat_kv(value, groups).double()
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     q_len, kv_len = query.shape[2], key.shape[2]
-    if attention_mask is None:  # bottom-right causal: each row sees the cache and itself
-        mask = torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device)
-        mask = mask.tril(kv_len - q_len)[None, None]
-    else:
-        mask = attention_mask[..., :kv_len]
-    rows = _query_rows(q_len)
-    if rows > q_len:
-        query = torch.cat([query, query[:, :, -1:].expand(-1, -1, rows - q_len, -1)], dim=2)
-        mask = torch.cat([mask, mask[:, :, -1:].expand(-1, -1, rows - q_len, -1)], dim=2)
-    keys = -(-kv_len // KV_BLOCK) * KV_BLOCK
-    if keys > kv_len:
-        pad = key.new_zeros(*key.shape[:2], keys - kv_len, key.shape[3])
-        key, value = torch.cat([key, pad], dim=2), torch.cat([value, pad], dim=2)
-        off = torch.zeros if mask.dtype == torch.bool else torch.full
-        fill = () if mask.dtype == torch.bool else (torch.finfo(mask.dtype).min,)
-        shape = (*mask.shape[:3], keys - kv_len)
-        mask = torch.cat([mask, off(shape, *fill, dtype=mask.dtype, device=mask.device)], dim=3)
-    out = sdpa_attention_forward(module, query, key, value, mask, **kwargs)[0]
-    return out[:, :q_len]  # (batch, q, heads, dim)
+    mask = _mask(attention_mask, q_len, kv_len, query.device)
+    outs, weights = [], []
+    for lo in range(0, q_len, Q_BLOCK):
+        hi = min(q_len, lo + Q_BLOCK)
+        scores = torch.matmul(query[:, :, lo:hi].double(), k) * scale
+        m = mask[:, :, lo:hi] if mask.shape[2] > 1 else mask
+        if m.dtype == torch.bool:
+            scores = scores.masked_fill(~m, float("-inf"))
+        else:
+            scores = scores + m.double()
+        p = torch.softmax(scores, dim=-1)
+        outs.append(torch.matmul(p, v))
+        if want_weights:
+            weights.append(p.float())
+    out = torch.cat(outs, dim=2).to(query.dtype).transpose(1, 2).contiguous()
+    return out, torch.cat(weights, dim=2) if want_weights else None
 
 
 def capture_attention_forward(
@@ -150,15 +147,20 @@ def capture_attention_forward(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    out = _sdpa(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
-                **kwargs)  # fmt: skip
     cap = _ACTIVE.get()
     layer = getattr(module, "layer_idx", None)
-    if cap is not None and layer in cap.layers:
-        weights = _weights(module, query, key, attention_mask, scaling)
+    captured = cap is not None and layer in cap.layers
+    if query.device.type == "cpu":
+        out, weights = _attention64(
+            module, query, key, value, attention_mask, scaling, want_weights=captured
+        )
+    else:
+        out = sdpa_attention_forward(module, query, key, value, attention_mask,
+                                     scaling=scaling, dropout=dropout, **kwargs)[0]  # fmt: skip
+        weights = _weights(module, query, key, attention_mask, scaling) if captured else None
+    if captured:
         cap.add(layer, weights)
-        return out, weights
-    return out, None
+    return out, weights
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, capture_attention_forward)

@@ -23,16 +23,22 @@ def batch_of_4(row: list[int], others: list[list[int]]) -> list[list[int]]:
 
 
 @torch.inference_mode()
-def feed(model: Any, rows: list[list[int]], feeding: str) -> tuple[torch.Tensor, DynamicCache]:
+def feed(
+    model: Any, rows: list[list[int]], feeding: str, start: int = 0
+) -> tuple[torch.Tensor, DynamicCache]:
     """Float32 log-probs (rows x T x V) after every position of `rows` fed in `feeding`
-    ("row of 4" means the caller batched the rows), and the cache they leave."""
+    ("row of 4" means the caller batched the rows), and the cache they leave. The first
+    `start` positions (a prompt) are fed as one forward whatever `feeding` says."""
     if feeding not in FEEDINGS:
         raise ValueError(f"feeding must be one of {', '.join(FEEDINGS)}")
     x = torch.tensor(rows, device=next(model.parameters()).device)
     step = {"token by token": 1, "chunks of 16": 16}.get(feeding, x.shape[1])
     cache = DynamicCache(config=model.config)
     outs = []
-    for i in range(0, x.shape[1], step):
+    if start > 0:
+        out = model(input_ids=x[:, :start], cache=cache, use_cache=True)
+        outs.append(torch.log_softmax(out.logits.float(), dim=-1))
+    for i in range(start, x.shape[1], step):
         out = model(input_ids=x[:, i : i + step], cache=cache, use_cache=True)
         outs.append(torch.log_softmax(out.logits.float(), dim=-1))
     return torch.cat(outs, dim=1), cache
