@@ -35,8 +35,9 @@ QuantizeOpt = Annotated[
     str,
     typer.Option(
         "--quantize",
-        help="CPU weight format: auto (= bf16) | bf16 | int8 | none (float32) | "
-        "dynamic-int8 (fast, batch-dependent, unfaithful)",
+        help="CPU weight format: auto (= int8) | int8 (weight-only, per channel) | int8x2 "
+        "(int8 + int8 residual: ~bf16 precision, 2x the bytes) | none (float32) | "
+        "dynamic-int8 (batch-dependent, unfaithful; opt-in only)",
     ),
 ]
 
