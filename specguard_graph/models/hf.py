@@ -277,7 +277,7 @@ class LocalCausalLM:
         capture_layers: frozenset[int] | None = None,
         fork: bool = True,
     ) -> Sample:
-        """Draw `n` candidate steps in one batched generate call sharing the cached prefix.
+        """Draw `n` candidate steps in one batched decode sharing the cached prefix.
 
         With `fork=False` (n = 1 only) the run's own cache is extended in place: use it when
         the step will be kept whatever happens (the target's recompute)."""
