@@ -297,6 +297,7 @@ def bench(
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
     from .bench.report import (
         load_results,
+        lossless_markdown,
         markdown,
         paired_markdown,
         plot,
@@ -317,6 +318,8 @@ def bench(
         summary = markdown(rows, command)
         if pairs := paired_markdown(results):
             summary += "\n" + pairs
+        if same := lossless_markdown(results):
+            summary += "\n" + same
         (out / "summary.md").write_text(summary)
         plot(rows, out / "accuracy_vs_latency.png")
         if taus:

@@ -50,6 +50,20 @@ def test_paired_comparison_counts_discordant_problems_and_exact_mcnemar():
     assert "| b |  | 3:10 (0.092) |" in table
 
 
+def test_lossless_methods_are_checked_against_the_target_text():
+    from specguard_graph.bench.report import lossless_markdown
+
+    def res(texts):
+        return {f"p{i}": {"text": t, "correct": False} for i, t in enumerate(texts)}
+
+    results = {"target": res(["abc", "abcdef", "xyz"]), "sd": res(["abc", "abXdef", "xyz!"])}
+    out = lossless_markdown(results)
+    # p1 differs at character 2, p2 where the shorter text ends (3): median 2.5 -> "2"
+    assert "identical to `target`'s on 1 of 3 problems" in out
+    assert "median of 2" in out
+    assert lossless_markdown({"target": res(["a"]), "draft": res(["b"])}) == ""
+
+
 def test_wilson_interval():
     lo, hi = wilson(50, 100)
     assert lo == pytest.approx(0.404, abs=1e-3) and hi == pytest.approx(0.596, abs=1e-3)

@@ -125,6 +125,34 @@ def paired_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+LOSSLESS = ("sd",)  # methods whose text must equal the target's greedy text
+
+
+def lossless_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """For each lossless method: on how many problems its text is the target's, and where the
+    others first differ. A lossless method that differs shows the numerics are not faithful."""
+    if "target" not in results:
+        return ""
+    common = sorted(_common(results))
+    lines = []
+    for method in (m for m in LOSSLESS if m in results):
+        firsts = []
+        for i in common:
+            a, b = results[method][i]["text"], results["target"][i]["text"]
+            if a != b:
+                pairs = zip(a, b, strict=False)  # texts of different lengths: the shorter
+                firsts.append(next((j for j, (x, y) in enumerate(pairs) if x != y),
+                                   min(len(a), len(b))))  # fmt: skip
+        where = ""
+        if firsts:
+            where = f"; first differing character at a median of {statistics.median(firsts):.0f}"
+        lines.append(
+            f"`{method}` text identical to `target`'s on {len(common) - len(firsts)} of "
+            f"{len(common)} problems{where}."
+        )
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
