@@ -113,26 +113,33 @@ def _attention64(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention in float64, rounded to the input dtype: a row's result does not depend on
     how many rows or keys the call carries (the float32 kernels' blocking and tails change
-    the rounding; float64 sums differ only far below float32's last bit)."""
-    groups = getattr(module, "num_key_value_groups", 1)
-    k = repeat_kv(key, groups).double().transpose(2, 3)
-    v = repeat_kv(value, groups).double()
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    q_len, kv_len = query.shape[2], key.shape[2]
-    mask = _mask(attention_mask, q_len, kv_len, query.device)
+    the rounding; float64 sums differ only far below float32's last bit).
+
+    Query heads that share a key/value head are stacked as rows of one product, so the cache
+    is converted once per key/value head instead of being repeated per query head."""
+    b, heads, q_len, dim = query.shape
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    k = key.double().transpose(2, 3)  # b, kv_heads, dim, kv
+    v = value.double()
+    scale = scaling if scaling is not None else dim**-0.5
+    mask = _mask(attention_mask, q_len, kv_len, query.device).unsqueeze(2)  # b|1, 1, 1, q, kv
+    q = query.reshape(b, kv_heads, groups, q_len, dim)
     outs, weights = [], []
     for lo in range(0, q_len, Q_BLOCK):
         hi = min(q_len, lo + Q_BLOCK)
-        scores = torch.matmul(query[:, :, lo:hi].double(), k) * scale
-        m = mask[:, :, lo:hi] if mask.shape[2] > 1 else mask
+        rows = q[:, :, :, lo:hi].double().reshape(b, kv_heads, groups * (hi - lo), dim)
+        scores = (torch.matmul(rows, k) * scale).reshape(b, kv_heads, groups, hi - lo, kv_len)
+        m = mask[..., lo:hi, :] if mask.shape[-2] > 1 else mask
         if m.dtype == torch.bool:
             scores = scores.masked_fill(~m, float("-inf"))
         else:
             scores = scores + m.double()
         p = torch.softmax(scores, dim=-1)
-        outs.append(torch.matmul(p, v))
+        out = torch.matmul(p.reshape(b, kv_heads, groups * (hi - lo), kv_len), v)
+        outs.append(out.reshape(b, heads, hi - lo, dim))
         if want_weights:
-            weights.append(p.float())
+            weights.append(p.reshape(b, heads, hi - lo, kv_len).float())
     out = torch.cat(outs, dim=2).to(query.dtype).transpose(1, 2).contiguous()
     return out, torch.cat(weights, dim=2) if want_weights else None
 
