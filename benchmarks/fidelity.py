@@ -88,15 +88,18 @@ def measure(
     agree = torch.cat([a.argmax == b.argmax for a, b in zip(one, ref, strict=True)])
     row["top1"] = float(agree.float().mean())
     row["nll_ratio"] = float(nll.mean() / -torch.cat([s.gold for s in ref]).mean())
+    print(f"  {lm.name}: {row}", file=sys.stderr, flush=True)  # partial rows, as they come
     for feeding in FEEDINGS[1:]:
         pairs = list(zip(one, _teacher_forced(lm, texts, feeding), strict=True))
         row[f"dlp {feeding}"] = max(float((a.gold - b.gold).abs().max()) for a, b in pairs)
         row[f"flips {feeding}"] = float(sum(int((a.argmax != b.argmax).sum()) for a, b in pairs))
+        print(f"  {lm.name}: {row}", file=sys.stderr, flush=True)
     same = 0
     for i, p in enumerate(prompts):
         batch = batch_of_4(p, prompts[:i] + prompts[i + 1 :])
         rows = {f: batch if f == "row of 4" else [p] for f in FEEDINGS}
         same += len({tuple(greedy(lm.model, rows[f], f, new)) for f in FEEDINGS}) == 1
+        print(f"  greedy identical on {same} of {i + 1} prompts", file=sys.stderr, flush=True)
     row["greedy same"] = float(same)
     print(f"  {lm.name}: {row}", file=sys.stderr, flush=True)
     return row, one
