@@ -31,6 +31,7 @@ from transformers import DynamicCache
 
 from specguard_graph.models import numerics
 from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.loading import OPTIONS, load_lm
 from specguard_graph.steps import ReasoningSteps
 
 NEVER = "\x00\x01never"  # a delimiter that never appears: every row runs the full length
@@ -38,13 +39,6 @@ QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many "
     "clips in May. How many clips did Natalia sell altogether in April and May?"
 )
-OPTIONS = {
-    "fp32": dict(dtype="float32", quantize="none"),
-    "int8": dict(dtype="float32", quantize="int8"),
-    "int8x2": dict(dtype="float32", quantize="int8x2"),
-    "dynamic-int8": dict(dtype="float32", quantize="dynamic-int8"),
-    "bf16": dict(dtype="bfloat16", quantize="none"),
-}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -121,9 +115,7 @@ def profile(lm: LocalCausalLM, n: int, tokens: int) -> None:
 def load(role: str, option: str, device: str, random_weights: Path | None) -> LocalCausalLM:
     opt = OPTIONS[option]
     if random_weights is None:
-        from specguard_graph.models.loading import load_lm  # needs the installed weights
-
-        return load_lm(role, device=device, **opt)
+        return load_lm(role, device=device, **opt)  # needs the installed weights
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     src = random_weights / role

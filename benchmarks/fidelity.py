@@ -31,16 +31,9 @@ import torch
 from specguard_graph.bench.data import gsm8k_100
 from specguard_graph.models.feeding import FEEDINGS, batch_of_4, feed, greedy
 from specguard_graph.models.hf import LocalCausalLM
-from specguard_graph.models.loading import load_lm
+from specguard_graph.models.loading import OPTIONS, load_lm
 from specguard_graph.steps import ReasoningSteps
 
-OPTIONS = {
-    "fp32": dict(dtype="float32", quantize="none"),
-    "int8": dict(dtype="float32", quantize="int8"),
-    "int8x2": dict(dtype="float32", quantize="int8x2"),
-    "dynamic-int8": dict(dtype="float32", quantize="dynamic-int8"),
-    "bf16-model": dict(dtype="bfloat16", quantize="none"),
-}
 SPEC = ReasoningSteps()
 
 

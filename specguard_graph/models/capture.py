@@ -78,17 +78,8 @@ def _weights(  # for SDPA's devices, which do not return them
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query, key.transpose(2, 3)).float() * scale
     q_len, kv_len = scores.shape[-2], scores.shape[-1]
-    if attention_mask is None:
-        if q_len > 1:  # SDPA's mask may be skipped in favour of is_causal: rebuild it
-            causal = torch.ones(q_len, kv_len, dtype=torch.bool, device=scores.device).tril(
-                kv_len - q_len
-            )
-            scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
-    elif attention_mask.dtype == torch.bool:
-        scores = scores.masked_fill(~attention_mask[..., :kv_len], torch.finfo(scores.dtype).min)
-    else:
-        scores = scores + attention_mask[..., :kv_len].float()
-    return torch.softmax(scores, dim=-1)
+    mask = _mask(attention_mask, q_len, kv_len, query.device)
+    return torch.softmax(_masked(scores, mask, torch.finfo(scores.dtype).min), dim=-1)
 
 
 Q_BLOCK = 256  # query rows per float64 block: bounds the score matrix's memory
@@ -100,6 +91,13 @@ def _mask(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, device) 
         causal = torch.ones(q_len, kv_len, dtype=torch.bool, device=device)
         return causal.tril(kv_len - q_len)[None, None]
     return attention_mask[..., :kv_len]
+
+
+def _masked(scores: torch.Tensor, mask: torch.Tensor, fill: float) -> torch.Tensor:
+    """Scores with masked-out keys at `fill` (boolean mask) or the mask added (additive)."""
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, fill)
+    return scores + mask.to(scores.dtype)
 
 
 def _attention64(
@@ -131,11 +129,7 @@ def _attention64(
         rows = q[:, :, :, lo:hi].double().reshape(b, kv_heads, groups * (hi - lo), dim)
         scores = (torch.matmul(rows, k) * scale).reshape(b, kv_heads, groups, hi - lo, kv_len)
         m = mask[..., lo:hi, :] if mask.shape[-2] > 1 else mask
-        if m.dtype == torch.bool:
-            scores = scores.masked_fill(~m, float("-inf"))
-        else:
-            scores = scores + m.double()
-        p = torch.softmax(scores, dim=-1)
+        p = torch.softmax(_masked(scores, m, float("-inf")), dim=-1)
         out = torch.matmul(p.reshape(b, kv_heads, groups * (hi - lo), kv_len), v)
         outs.append(out.reshape(b, heads, hi - lo, dim))
         if want_weights:

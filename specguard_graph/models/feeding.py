@@ -34,12 +34,10 @@ def feed(
     x = torch.tensor(rows, device=next(model.parameters()).device)
     step = {"token by token": 1, "chunks of 16": 16}.get(feeding, x.shape[1])
     cache = DynamicCache(config=model.config)
+    cuts = sorted({0, *range(start, x.shape[1], step)})  # 0..start is one forward
     outs = []
-    if start > 0:
-        out = model(input_ids=x[:, :start], cache=cache, use_cache=True)
-        outs.append(torch.log_softmax(out.logits.float(), dim=-1))
-    for i in range(start, x.shape[1], step):
-        out = model(input_ids=x[:, i : i + step], cache=cache, use_cache=True)
+    for lo, hi in zip(cuts, [*cuts[1:], x.shape[1]], strict=True):
+        out = model(input_ids=x[:, lo:hi], cache=cache, use_cache=True)
         outs.append(torch.log_softmax(out.logits.float(), dim=-1))
     return torch.cat(outs, dim=1), cache
 

@@ -150,7 +150,7 @@ class LocalCausalLM:
         *,
         device: str | None = None,
         dtype: torch.dtype | None = None,
-        quantize: Literal["none", "int8", "dynamic-int8"] = "none",
+        quantize: Literal["none", "int8", "int8x2", "dynamic-int8"] = "none",
     ) -> LocalCausalLM:
         """Load a transformers model directory or a single `.gguf` file, fully offline.
 

@@ -13,6 +13,15 @@ from .hf import LocalCausalLM
 from .numerics import Quantize
 from .registry import DEFAULTS, model_dir
 
+# named CPU options as `load_lm` keywords: what the benchmarks compare side by side
+OPTIONS: dict[str, dict[str, str]] = {
+    "fp32": {"dtype": "float32", "quantize": "none"},
+    "int8": {"dtype": "float32", "quantize": "int8"},
+    "int8x2": {"dtype": "float32", "quantize": "int8x2"},
+    "dynamic-int8": {"dtype": "float32", "quantize": "dynamic-int8"},
+    "bf16": {"dtype": "bfloat16", "quantize": "none"},  # the whole model in bfloat16
+}
+
 
 def resolve(role: str, path: str | Path | None) -> Path:
     """A user path as given, or the installed default for `role`."""
