@@ -23,7 +23,7 @@ import statistics
 import time
 
 from specguard_graph.bench.data import load as load_data
-from specguard_graph.models.hf import Candidate, LocalCausalLM, PrefixCache
+from specguard_graph.models import Candidate, LocalCausalLM, PrefixCache
 from specguard_graph.models.loading import load_embedder, load_lm
 from specguard_graph.nodes.select import select_medoid
 from specguard_graph.steps import ReasoningSteps

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import SpecGuardConfig
+    from .context import RunContext
     from .errors import ConfigError, InputError, ModelLoadError, SpecGuardError
     from .graph import NODES, build_graph
+    from .models.base import StepModel
     from .models.callable import CallableStepModel, StepOutput
     from .models.embedder import SentenceEmbedder
     from .models.hf import LocalCausalLM
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "SpecGuardConfig": ".config",
+    "RunContext": ".context",
+    "StepModel": ".models.base",
     "ConfigError": ".errors",
     "InputError": ".errors",
     "ModelLoadError": ".errors",
@@ -48,9 +52,11 @@ __all__ = [
     "ModelLoadError",
     "PlanSteps",
     "ReasoningSteps",
+    "RunContext",
     "SentenceEmbedder",
     "SpecGuardConfig",
     "SpecGuardError",
+    "StepModel",
     "StepOutput",
     "StepSpec",
     "ToolCallSteps",

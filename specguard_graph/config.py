@@ -14,7 +14,7 @@ from .errors import ConfigError
 class SpecGuardConfig(BaseModel):
     """Knobs of the SpecGuard loop.
 
-    Defaults follow DESIGN.md (k = 4, β = 0.3, last 3 layers, 0.01 sparsification).
+    Defaults follow docs/design.md (k = 4, β = 0.3, last 3 layers, 0.01 sparsification).
     The normalisation ranges are fixed per model pair (fit them with a calibration run),
     never min-max over the k candidates: that would let the best of k bad steps pass.
     """

@@ -1,22 +1,27 @@
-"""build_graph: wiring only. Every behaviour lives in a node module."""
+"""build_graph: checks first, wiring last. Every behaviour lives in a node module
+(docs/design.md, "The graph")."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Literal
 
 from langgraph.graph import END, START, StateGraph
 
 from .config import SpecGuardConfig
+from .context import RunContext, check_models
 from .errors import ConfigError
-from .models import CallableStepModel, LocalCausalLM, StepModel
+from .models import StepModel, shared_vocab
 from .models.embedder import SentenceEmbedder
+from .nodes.ask import ask_person
+from .nodes.commit import commit_step
 from .nodes.common import Deps
-from .nodes.decide import DecideNode
-from .nodes.draft import DraftNode
-from .nodes.grounding import GroundingNode
-from .nodes.logprob import LogprobNode
-from .nodes.select import SelectNode
-from .nodes.target import TargetNode
+from .nodes.decide import decide
+from .nodes.draft import draft_k
+from .nodes.grounding import score_grounding
+from .nodes.logprob import score_logprob
+from .nodes.select import select_consistent
+from .nodes.target import target_recompute
 from .runtime import SessionStore
 from .state import InputState, OutputState, SpecGuardState
 from .steps import ReasoningSteps, StepSpec
@@ -27,33 +32,43 @@ NODES = (
     "score_grounding",
     "score_logprob",
     "decide",
+    "commit_step",
+    "ask_person",
     "target_recompute",
 )
+_MODEL_METHODS = ("sample", "new_prefix", "append_text", "adopt", "encode", "score", "vocab")
 
 
-def route_after_decide(state: SpecGuardState) -> Literal["target_recompute", "draft_k", "__end__"]:
-    if state["decision"].get("widen"):
+def route_after_decide(
+    state: SpecGuardState,
+) -> Literal["draft_k", "commit_step", "ask_person", "target_recompute"]:
+    decision = state["decision"]
+    if decision.get("widen"):
         return "draft_k"  # specguard-adaptive: draw the rest of the vote for this step
-    if not state["decision"]["accepted"]:
-        return "target_recompute"
+    if decision["accepted"]:
+        return "commit_step"
+    return "ask_person" if decision.get("ask") else "target_recompute"
+
+
+def route_after_step(state: SpecGuardState) -> Literal["draft_k", "__end__"]:
     return END if state.get("status") else "draft_k"
 
 
-def route_after_target(state: SpecGuardState) -> Literal["draft_k", "__end__"]:
-    return END if state.get("status") else "draft_k"
+def route_after_ask(
+    state: SpecGuardState,
+) -> Literal["commit_step", "target_recompute", "draft_k", "__end__"]:
+    if len(state.get("steps") or []) > state["decision"]["step"]:  # the person's edit is in
+        return route_after_step(state)
+    return "commit_step" if state["decision"]["accepted"] else "target_recompute"
 
 
-def _check_signals(draft: StepModel, target: StepModel, config: SpecGuardConfig) -> None:
-    """Refuse configs that weigh a signal the backend cannot produce."""
-    if config.signal_model == "target" and not isinstance(target, LocalCausalLM):
-        raise ConfigError('signal_model="target" needs a local Hugging Face target')
-    if config.signal_model == "draft" and isinstance(draft, CallableStepModel):
-        if not draft.has_logprobs and not draft.has_attentions:
-            raise ConfigError(f"{draft.name} gives neither log-probs nor attentions: no signal")
-        if not draft.has_logprobs and config.beta > 0:
-            raise ConfigError(f"{draft.name} gives no log-probs: set beta=0 (grounding only)")
-        if not draft.has_attentions and config.beta < 1:
-            raise ConfigError(f"{draft.name} gives no attentions: set beta=1 (log-probs only)")
+def _check_model(role: str, model: object) -> None:
+    missing = [m for m in _MODEL_METHODS if not callable(getattr(model, m, None))]
+    if missing:
+        raise ConfigError(
+            f"{role} must be a step model (LocalCausalLM, CallableStepModel or the StepModel "
+            f"protocol), got {type(model).__name__} without {', '.join(missing)}"
+        )
 
 
 def build_graph(
@@ -64,37 +79,36 @@ def build_graph(
     steps: StepSpec | None = None,
     config: SpecGuardConfig | None = None,
 ) -> StateGraph:
-    """The SpecGuard loop as an uncompiled StateGraph; compile it with your checkpointer."""
+    """The SpecGuard loop as an uncompiled StateGraph; compile it with your checkpointer.
+
+    `config` is the default of every run; a run changes τ, β, k, the temperature or the step
+    limits through its context: `graph.invoke(inputs, context={"tau": 0.3})`."""
     config = config or SpecGuardConfig()
+    if not isinstance(config, SpecGuardConfig):
+        raise ConfigError(f"config must be a SpecGuardConfig, got {type(config).__name__}")
     spec = steps or ReasoningSteps()
     if not isinstance(spec, StepSpec):
         raise ConfigError(f"steps must implement the StepSpec protocol, got {type(spec).__name__}")
-    if config.k > 1 and embedder is None:
-        raise ConfigError("k > 1 needs an embedder for the consistency vote (or set k=1)")
-    _check_signals(draft, target, config)
-    deps = Deps(
-        draft=draft,
-        target=target,
-        embedder=embedder,
-        spec=spec,
-        config=config,
-        sessions=SessionStore(draft, target, spec),
-        shared_vocab=isinstance(draft, LocalCausalLM)
-        and isinstance(target, LocalCausalLM)
-        and draft.tokenizer.get_vocab() == target.tokenizer.get_vocab(),
-    )
-    g = StateGraph(SpecGuardState, input_schema=InputState, output_schema=OutputState)
-    g.add_node("draft_k", DraftNode(deps))
-    g.add_node("select_consistent", SelectNode(deps))
-    g.add_node("score_grounding", GroundingNode(deps))
-    g.add_node("score_logprob", LogprobNode(deps))
-    g.add_node("decide", DecideNode(deps))
-    g.add_node("target_recompute", TargetNode(deps))
+    _check_model("draft", draft)
+    _check_model("target", target)
+    check_models(draft, target, embedder, config)
+    deps = Deps(draft=draft, target=target, embedder=embedder, spec=spec, config=config,
+                sessions=SessionStore(draft, target, spec),
+                shared_vocab=shared_vocab(draft, target))  # fmt: skip
+    g = StateGraph(
+        SpecGuardState, context_schema=RunContext, input_schema=InputState,
+        output_schema=OutputState,
+    )  # fmt: skip
+    for fn in (draft_k, select_consistent, score_grounding, score_logprob, decide, commit_step,
+               ask_person, target_recompute):  # fmt: skip
+        g.add_node(fn.__name__, partial(fn, deps=deps))
     g.add_edge(START, "draft_k")
     g.add_edge("draft_k", "select_consistent")
     g.add_edge("select_consistent", "score_grounding")
     g.add_edge("select_consistent", "score_logprob")
     g.add_edge(["score_grounding", "score_logprob"], "decide")
     g.add_conditional_edges("decide", route_after_decide)
-    g.add_conditional_edges("target_recompute", route_after_target)
+    g.add_conditional_edges("ask_person", route_after_ask)
+    g.add_conditional_edges("commit_step", route_after_step)
+    g.add_conditional_edges("target_recompute", route_after_step)
     return g

@@ -17,16 +17,10 @@ from typing import Any
 import torch
 
 from .errors import InputError
-from .models import StepModel
-from .models.hf import PrefixCache, Sample
-from .steps import StepSpec
+from .models import PrefixCache, Sample, StepModel
+from .steps import StepSpec, history
 
 Signals = tuple[list[float], list[torch.Tensor], int]  # token log-probs, attentions, prefix len
-
-
-def step_separator(spec: StepSpec, ended: str) -> str:
-    """What follows a step in the context: the delimiter, unless the step was cut or final."""
-    return spec.delimiter if ended == "delimiter" else ""
 
 
 def validate_question(question: Any) -> str:
@@ -103,12 +97,12 @@ class SessionStore:
             self._sessions.pop(run_id or "", None)
 
     def _build(self, run_id: str, question: str, steps: list[Mapping[str, Any]]) -> RunSession:
-        history = "".join(s["text"] + step_separator(self.spec, s.get("ended", "")) for s in steps)
+        done = history(self.spec.delimiter, steps)
         caches = []
         for model in (self.draft, self.target):
             pc = model.new_prefix(self.spec.render_prompt(question, model.tokenizer))
-            if history:
-                model.append_text(pc, history)
+            if done:
+                model.append_text(pc, done)
             if len(pc.ids) >= model.context_window:
                 raise InputError(
                     f"prompt of {len(pc.ids)} tokens does not fit {model.name}'s window "

@@ -28,7 +28,7 @@ class CandidateRecord(TypedDict):
 
 
 class StepRecord(TypedDict, total=False):
-    """One step of the trace (DESIGN.md's JSON contract plus diagnostics)."""
+    """One step of the trace (docs/design.md's JSON contract plus diagnostics)."""
 
     index: int
     text: str
@@ -55,7 +55,8 @@ class Decision(TypedDict, total=False):
     grounding_norm: float | None
     logprob_norm: float | None
     reason: str | None
-    widen: bool
+    widen: bool  # specguard-adaptive: draw the rest of the vote for this step
+    ask: bool  # interrupt_on_reject: a person decides (not part of the decision event)
 
 
 class InputState(TypedDict):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,9 +35,15 @@ class StepSpec(Protocol):
         ...
 
 
-def join_steps(spec: StepSpec, steps: Sequence[str]) -> str:
-    """The response text as the models see it: steps separated by the delimiter."""
-    return spec.delimiter.join(steps)
+def separator(delimiter: str, ended: str) -> str:
+    """What follows a step in the context: the delimiter, unless the step was cut or final
+    (docs/design.md, "Steps in the context")."""
+    return delimiter if ended == "delimiter" else ""
+
+
+def history(delimiter: str, steps: Sequence[Mapping[str, Any]]) -> str:
+    """The response so far as both models see it: each step's text and its separator."""
+    return "".join(s["text"] + separator(delimiter, s.get("ended", "")) for s in steps)
 
 
 def _chat_prompt(tokenizer: Any, system: str, user: str) -> str:

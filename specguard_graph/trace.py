@@ -1,4 +1,4 @@
-"""The JSON trace of one run, exactly as DESIGN.md's contract names its keys."""
+"""The JSON trace of one run, exactly as docs/design.md's contract names its keys."""
 
 from __future__ import annotations
 

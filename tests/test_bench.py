@@ -166,7 +166,7 @@ def test_rsd_judges_with_the_target_and_rewrites_low_rated_steps(tiny):
 def test_calibration_fits_ranges_and_tau_to_the_budget():
     from specguard_graph import SpecGuardConfig
     from specguard_graph.bench.calibrate import fit
-    from specguard_graph.nodes.decide import decide_step
+    from specguard_graph.scoring import decide_step
 
     signals = [(0.5 + 0.003 * i, -6.0 + 0.05 * i) for i in range(100)]
     cfg, info = fit(signals, SpecGuardConfig(), budget=0.3)

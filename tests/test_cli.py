@@ -67,8 +67,9 @@ def test_solve_live_view_shows_steps_and_answer(model_dirs):
         (["--k", "0", "q"], "k:"),
         (["--tau", "1.5", "q"], "tau:"),
         (["--beta", "-1", "q"], "beta:"),
-        (["--signal-model", "judge", "q"], "signal_model"),
-        (["--steps", "poem", "q"], "unknown step spec"),
+        (["--signal-model", "judge", "q"], "'judge' is not one of"),
+        (["--steps", "poem", "q"], "'poem' is not one of"),
+        (["--k", "abc", "q"], "--k"),
         (["--draft", "/nonexistent/model", "q"], "does not exist"),
     ],
 )

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from specguard_graph import NODES, ConfigError, InputError, SpecGuardConfig, build_graph
-from specguard_graph.graph import route_after_decide, route_after_target
+from specguard_graph.graph import route_after_ask, route_after_decide, route_after_step
 from specguard_graph.steps import ReasoningSteps
 
 Q = {"question": "Natalia sold 48 clips in April and half as many in May. How many in total?"}
@@ -30,7 +30,7 @@ def run(tiny, stream=False, steps=None, **cfg):
     return out, events
 
 
-def test_graph_has_exactly_the_six_nodes_and_parallel_scorers(tiny):
+def test_graph_has_exactly_its_nodes_and_parallel_scorers(tiny):
     g = build_graph(tiny.draft, tiny.target, embedder=tiny.embedder)
     assert set(g.nodes) == set(NODES)
     drawn = g.compile().get_graph()
@@ -42,8 +42,33 @@ def test_graph_has_exactly_the_six_nodes_and_parallel_scorers(tiny):
         ("score_logprob", "decide"),
         ("decide", "target_recompute"),
         ("decide", "draft_k"),
+        ("decide", "commit_step"),
+        ("decide", "ask_person"),
+        ("commit_step", "draft_k"),
         ("target_recompute", "draft_k"),
+        ("ask_person", "commit_step"),
+        ("ask_person", "target_recompute"),
     } <= edges
+
+
+def test_one_compiled_graph_takes_tau_and_k_per_run(tiny):
+    """Per-run settings travel in the runtime context: no rebuild, the build-time config is
+    the default, and a bad or impossible per-run value is a ConfigError naming it."""
+    config = SpecGuardConfig(k=2, max_steps=3, max_step_tokens=12, seed=1, tau=0.5)
+    graph = build_graph(tiny.draft, tiny.target, embedder=tiny.embedder, config=config).compile()
+    low = graph.invoke(Q, context={"tau": 0.0})
+    high = graph.invoke(Q, context={"tau": 1.0})
+    assert [s["source"] for s in low["steps"]] == ["draft"] * 3
+    assert [s["source"] for s in high["steps"]] == ["target"] * 3
+    assert all(s["reason"].endswith("< tau 1.0") for s in high["steps"])
+    one = graph.invoke(Q, context={"k": 1, "tau": 0.0, "max_steps": 2})
+    assert [len(s["candidates"]) for s in one["steps"]] == [1, 1]
+    assert [len(s["candidates"]) for s in low["steps"]] == [2, 2, 2]  # default k again
+    with pytest.raises(ConfigError, match="tau"):
+        graph.invoke(Q, context={"tau": 1.5})
+    no_vote = build_graph(tiny.draft, tiny.target, config=config.replace(k=1)).compile()
+    with pytest.raises(ConfigError, match="embedder"):
+        no_vote.invoke(Q, context={"k": 3})
 
 
 def test_tau_zero_accepts_every_draft_step_without_target_compute(tiny):
@@ -67,10 +92,17 @@ def test_tau_one_recomputes_every_step_with_the_target(tiny):
 
 def test_routing_functions():
     assert route_after_decide({"decision": {"accepted": False}}) == "target_recompute"
-    assert route_after_decide({"decision": {"accepted": True}}) == "draft_k"
-    assert route_after_decide({"decision": {"accepted": True}, "status": "final"}) == "__end__"
-    assert route_after_target({}) == "draft_k"
-    assert route_after_target({"status": "max_steps"}) == "__end__"
+    assert route_after_decide({"decision": {"accepted": False, "ask": True}}) == "ask_person"
+    assert route_after_decide({"decision": {"accepted": True}}) == "commit_step"
+    assert route_after_step({}) == "draft_k"
+    assert route_after_step({"status": "max_steps"}) == "__end__"
+    asked = {"step": 1, "accepted": True}
+    assert route_after_ask({"steps": [{}], "decision": asked}) == "commit_step"
+    assert route_after_ask({"steps": [{}], "decision": {**asked, "accepted": False}}) == (
+        "target_recompute"
+    )
+    assert route_after_ask({"steps": [{}, {}], "decision": asked}) == "draft_k"  # edit is in
+    assert route_after_ask({"steps": [{}, {}], "decision": asked, "status": "final"}) == "__end__"
 
 
 def test_trace_matches_the_json_contract(tiny):
@@ -182,7 +214,9 @@ def test_a_lost_session_is_rebuilt_from_the_state(tiny):
 
     config = SpecGuardConfig(k=2, max_steps=4, max_step_tokens=12, tau=0.5)
     builder = build_graph(tiny.draft, tiny.target, embedder=tiny.embedder, config=config)
-    graph = builder.compile(checkpointer=InMemorySaver(), interrupt_after=["decide"])
+    graph = builder.compile(
+        checkpointer=InMemorySaver(), interrupt_after=["commit_step", "target_recompute"]
+    )
     thread = {"configurable": {"thread_id": "t1"}}
     graph.invoke(Q, thread)
     first = graph.get_state(thread).values["steps"]

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from specguard_graph import InputError, ModelLoadError
+from specguard_graph.models.decoding import cut_step
 from specguard_graph.models.hf import LocalCausalLM
 from specguard_graph.steps import ReasoningSteps
 
@@ -108,12 +109,12 @@ def test_cut_rules(tiny):
     nl = d.tokenizer.convert_tokens_to_ids("Ċ")
     body = d.encode("x = 5")
     eos = d.eos_ids[0]
-    c = d._cut([*body, nl, nl, *body], "\n\n", 0, None)
+    c = cut_step([*body, nl, nl, *body], "\n\n", d.eos_ids, d.decode, None)
     assert (c.text, c.ended, c.token_ids) == ("x = 5", "delimiter", [*body, nl, nl])
     assert c.n_scored == 0  # no log-probs were passed
-    c = d._cut([*body, eos, 0, 0], "\n\n", 0, torch.zeros(len(body) + 3))
+    c = cut_step([*body, eos, 0, 0], "\n\n", d.eos_ids, d.decode, torch.zeros(len(body) + 3))
     assert (c.text, c.ended, c.token_ids, c.n_scored) == ("x = 5", "eos", body, len(body))
-    c = d._cut(body, "\n\n", 0, torch.zeros(len(body)))
+    c = cut_step(body, "\n\n", d.eos_ids, d.decode, torch.zeros(len(body)))
     assert (c.ended, c.n_scored) == ("length", len(body) - 1)
 
 

@@ -12,7 +12,7 @@ from specguard_graph import (
     ToolCallSteps,
     get_step_spec,
 )
-from specguard_graph.nodes.select import select_medoid
+from specguard_graph.scoring import select_medoid
 from specguard_graph.steps import last_boxed
 
 

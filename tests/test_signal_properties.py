@@ -7,8 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specguard_graph import SpecGuardConfig
-from specguard_graph.nodes.decide import decide_step, normalise
-from specguard_graph.nodes.grounding import grounding_score
+from specguard_graph.scoring import decide_step, grounding_score, normalise
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""Known-answer tests for the signal math (DESIGN.md, "Signal math")."""
+"""Known-answer tests for the signal math (docs/design.md, "Signal math")."""
 
 import math
 
@@ -6,9 +6,7 @@ import pytest
 import torch
 
 from specguard_graph import SpecGuardConfig
-from specguard_graph.nodes.decide import decide_step, normalise
-from specguard_graph.nodes.grounding import grounding_score
-from specguard_graph.nodes.logprob import logprob_score
+from specguard_graph.scoring import decide_step, grounding_score, logprob_score, normalise
 
 
 def t(rows):

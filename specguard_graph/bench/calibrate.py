@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import SpecGuardConfig
 from ..graph import build_graph
-from ..nodes.decide import decide_step
+from ..scoring import decide_step
 from .data import Problem
 
 

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+from .. import jsonl
 from ..errors import InputError
 from ..models.install import download
 
@@ -67,23 +68,11 @@ def champ() -> list[Problem]:
 
 
 def from_jsonl(path: str | Path) -> list[Problem]:
-    problems = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            problems.append(
-                {"id": str(obj.get("id", n)), "question": obj["question"],
-                 "answer": str(obj["answer"])}
-            )  # fmt: skip
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise InputError(f'{path}:{n}: expected {{"question", "answer"}}') from None
-    return problems
+    return [
+        {"id": str(obj.get("id", n)), "question": str(obj["question"]),
+         "answer": str(obj["answer"])}
+        for n, obj in jsonl.objects(path, ("question", "answer"))
+    ]  # fmt: skip
 
 
 def gsm_symbolic(size: int = 50, seed: int = 0) -> list[Problem]:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..config import SpecGuardConfig
+from ..context import RunContext
 from ..errors import ConfigError
 from ..graph import build_graph
 from ..models.hf import LocalCausalLM
@@ -111,13 +112,22 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int) -> So
     return solve
 
 
+_GRAPHS: dict[tuple[int, int, int, str], Any] = {}  # one compiled graph per build-time config
+
+
 def specguard(draft, target, embedder, config: SpecGuardConfig) -> Solve:
-    graph = build_graph(draft, target, embedder=embedder if config.k > 1 else None,
-                        config=config).compile()  # fmt: skip
+    """Methods that differ only in per-run settings (τ, k, β, temperature, limits) share one
+    compiled graph and pass their settings as the run's context."""
+    per_run = set(RunContext.model_fields)
+    key = (id(draft), id(target), id(embedder), config.model_dump_json(exclude=per_run))
+    if key not in _GRAPHS:
+        _GRAPHS[key] = build_graph(draft, target, embedder=embedder, config=config).compile()
+    graph = _GRAPHS[key]
+    context = {name: getattr(config, name) for name in per_run}
 
     def solve(question: str) -> dict[str, Any]:
         t0 = time.perf_counter()
-        out = graph.invoke({"question": question})
+        out = graph.invoke({"question": question}, context=context)
         steps = out["steps"]
         return {
             "text": out["text"], "answer": out["answer"], "status": out["status"],

@@ -220,3 +220,23 @@ def plot_tau_sweep(rows: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write_summary(out: Path, names: list[str], command: str, *, sweep: bool) -> str:
+    """summary.md (table, paired comparison, lossless check) and the plots for what `out`
+    holds of `names`; returns the Markdown."""
+    from ..errors import InputError
+
+    results = load_results(out, names)
+    rows = summarize(results)
+    if not rows:
+        raise InputError(f"no finished results for {', '.join(names)} in {out}")
+    summary = markdown(rows, command)
+    for extra in (paired_markdown(results), lossless_markdown(results)):
+        if extra:
+            summary += "\n" + extra
+    (out / "summary.md").write_text(summary)
+    plot(rows, out / "accuracy_vs_latency.png")
+    if sweep:
+        plot_tau_sweep(rows, out / "tau_sweep.png")
+    return summary

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ..models.hf import LocalCausalLM, PrefixCache
-from ..steps import ReasoningSteps
+from ..models import LocalCausalLM, PrefixCache
+from ..steps import ReasoningSteps, history
 
 JUDGE = (
     "Rate the last step of your answer so far: is it correct and useful for solving the "
@@ -34,13 +34,9 @@ def _digit_ids(lm: LocalCausalLM) -> list[int]:
 def judge(target: LocalCausalLM, pc: PrefixCache, prompt: str, digits: list[int]) -> float:
     """Expected 0-9 rating / 9, from one forward that reuses `pc`'s cached prefix."""
     jpc = PrefixCache(ids=target.encode(prompt), cache=pc.cache, cache_ids=pc.cache_ids)
-    target._catch_up(jpc)
-    x = torch.tensor([jpc.ids[-1:]], device=target.device)
-    with target._lock:
-        logits = target.model(input_ids=x, cache=jpc.cache, use_cache=True).logits[0, -1]
-    jpc.cache_ids = [*jpc.cache_ids, jpc.ids[-1]]
+    logits = target.next_logits(jpc)
     pc.cache, pc.cache_ids = jpc.cache, jpc.cache_ids  # the shared cache now holds the judge turn
-    pc.prefill_tokens += jpc.prefill_tokens + 1
+    pc.prefill_tokens += jpc.prefill_tokens
     p = torch.softmax(logits[digits].float(), dim=-1)
     return float((p * torch.arange(10, dtype=torch.float32, device=p.device)).sum() / 9.0)
 
@@ -74,13 +70,12 @@ def rsd(draft: LocalCausalLM, target: LocalCausalLM, *, threshold: float = 0.7,
                              temperature=0.0)  # fmt: skip
             cand = s.candidates[0]
             draft_tokens += len(cand.token_ids)
-            so_far = "".join(x["text"] + x["sep"] for x in steps) + cand.text
+            so_far = history(spec.delimiter, steps) + cand.text
             score = judge(target, tpc, chat(question, so_far, True), digits)
-            sep = spec.delimiter if cand.ended == "delimiter" else ""
             if score >= threshold:
                 draft.adopt(dpc, s, 0)
                 tpc.extend(cand.token_ids)
-                step = {"text": cand.text, "sep": sep, "source": "draft", "score": score,
+                step = {"text": cand.text, "source": "draft", "score": score,
                         "ended": cand.ended}  # fmt: skip
             else:
                 t = target.sample(tpc, n=1, delimiter=spec.delimiter, max_new_tokens=budget,
@@ -89,14 +84,13 @@ def rsd(draft: LocalCausalLM, target: LocalCausalLM, *, threshold: float = 0.7,
                 target.adopt(tpc, t, 0)
                 dpc.extend(c.token_ids)
                 target_tokens += len(c.token_ids)
-                sep = spec.delimiter if c.ended == "delimiter" else ""
-                step = {"text": c.text, "sep": sep, "source": "target", "score": score,
+                step = {"text": c.text, "source": "target", "score": score,
                         "ended": c.ended}  # fmt: skip
             steps.append(step)
             used = len(tpc.ids) - prompt_len
             if spec.is_final(step["text"], eos=step["ended"] == "eos"):
                 break
-        text = "".join(x["text"] + x["sep"] for x in steps)
+        text = history(spec.delimiter, steps)
         return {
             "text": text, "answer": spec.extract_answer(text),
             "latency_s": time.perf_counter() - t0, "steps": len(steps),

@@ -1,8 +1,16 @@
-"""Model backends: local Hugging Face LMs and user callables behind one interface."""
+"""Model backends: local Hugging Face LMs and user callables behind one protocol."""
 
+from .base import Candidate, PrefixCache, Sample, StepModel, shared_vocab
 from .callable import CallableStepModel, StepOutput
 from .hf import LocalCausalLM
 
-StepModel = LocalCausalLM | CallableStepModel
-
-__all__ = ["CallableStepModel", "LocalCausalLM", "StepModel", "StepOutput"]
+__all__ = [
+    "CallableStepModel",
+    "Candidate",
+    "LocalCausalLM",
+    "PrefixCache",
+    "Sample",
+    "StepModel",
+    "StepOutput",
+    "shared_vocab",
+]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from .hf import Candidate, PrefixCache, Sample
+from ..steps import separator
+from .base import Candidate, PrefixCache, Sample, StepEnd
 
 
 @dataclass
@@ -27,7 +28,7 @@ class StepOutput:
     token_logprobs: Sequence[float] | None = None
     attentions: Sequence[torch.Tensor] | None = None  # per layer: heads x S x (P + S)
     prefix_len: int | None = None  # P of the attentions
-    ended: Literal["delimiter", "eos", "length"] = "delimiter"
+    ended: StepEnd = "delimiter"
 
 
 StepFn = Callable[..., Sequence["StepOutput | str"]]
@@ -39,6 +40,7 @@ class CallableStepModel:
     tokenizer: Any = None
     context_window = 1 << 30
     num_layers = 0
+    can_score = False  # context is text: a given step cannot be re-scored
 
     def __init__(
         self,
@@ -52,6 +54,9 @@ class CallableStepModel:
         self.fn, self.name = fn, name
         self.has_logprobs, self.has_attentions = has_logprobs, has_attentions
         self.tokenizer = tokenizer  # only used to render chat prompts, if given
+
+    def vocab(self) -> None:
+        return None  # steps always pass to the other model as text
 
     def capture_layers(self, n: int) -> frozenset[int]:
         return frozenset()
@@ -95,15 +100,13 @@ class CallableStepModel:
             raise ValueError(f"{self.name} returned {len(outs)} steps, {n} were asked for")
         steps = [o if isinstance(o, StepOutput) else StepOutput(text=str(o)) for o in outs]
         candidates, attentions = [], []
-        for row, o in enumerate(steps):
+        for o in steps:
             text = o.text.split(delimiter, 1)[0]
-            sep = delimiter if o.ended == "delimiter" else ""
+            sep = separator(delimiter, o.ended)
             lps = [float(x) for x in (o.token_logprobs or [])]
             atts = [torch.as_tensor(a, dtype=torch.float32) for a in (o.attentions or [])]
             scored = int(atts[0].shape[1]) if atts else len(lps)
-            candidates.append(
-                Candidate(text, self.encode(text + sep), lps, o.ended, row, scored=scored)
-            )
+            candidates.append(Candidate(text, self.encode(text + sep), lps, o.ended, scored=scored))
             attentions.append(atts)
         prefix = next((o.prefix_len for o in steps if o.prefix_len is not None), len(pc.ids))
         return Sample(candidates, prefix, None, [], None, precomputed=attentions)

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from .base import Candidate
+
 Piece = Callable[[int], str]
 
 
@@ -99,3 +101,33 @@ def decode(
             break
         x = nxt[:, None]
     return Decoded(torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1))
+
+
+def cut_step(
+    gen: list[int],
+    delimiter: str,
+    eos_ids: Sequence[int],
+    detok: Callable[[Sequence[int]], str],
+    logprobs: torch.Tensor | None,
+) -> Candidate:
+    """One row's generated ids as a step: cut after the token that completes the delimiter
+    (or at EOS, or where the budget ran out), with the log-probs of its scored tokens."""
+    eos_at = next((i for i, t in enumerate(gen) if t in eos_ids), None)
+    body = gen if eos_at is None else gen[:eos_at]
+    full = detok(body)
+    d = full.find(delimiter)
+    if d != -1:
+        lo, hi = 0, len(body) - 1  # smallest c with the delimiter inside detok(body[:c+1])
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if delimiter in detok(body[: mid + 1]):
+                hi = mid
+            else:
+                lo = mid + 1
+        keep, scored, ended, text = body[: lo + 1], lo, "delimiter", full[:d]
+    elif eos_at is not None:
+        keep, scored, ended, text = body, len(body), "eos", full
+    else:
+        keep, scored, ended, text = body, max(len(body) - 1, 0), "length", full
+    lps = [] if logprobs is None else logprobs[:scored].tolist()
+    return Candidate(text=text, token_ids=keep, token_logprobs=lps, ended=ended)  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""Local Hugging Face causal LMs with a cached accepted prefix and k-way step sampling.
+"""The prefix-cache engine: local Hugging Face causal LMs with a cached accepted prefix and
+k-way step sampling.
 
 Each run keeps one `PrefixCache` per model: the token ids of prompt + accepted steps and
 a KV cache over all but the last of them. Before any model call the cache is reconciled
@@ -12,105 +13,17 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
-from ..errors import InputError, ModelLoadError
-from . import numerics
-from .capture import ATTN_IMPLEMENTATION, AttentionCapture, capture_attention
-from .decoding import DelimiterWatch, decode
-
-StepEnd = Literal["delimiter", "eos", "length"]
-
-
-@dataclass
-class PrefixCache:
-    """One model's view of one run: context ids and the KV cache over `cache_ids`."""
-
-    ids: list[int]
-    cache: Any = None
-    cache_ids: list[int] = field(default_factory=list)
-    prefill_tokens: int = 0  # tokens fed in catch-up prefills (batch 1)
-    decode_tokens: int = 0  # tokens fed while generating (all rows)
-
-    def extend(self, ids: Sequence[int]) -> None:
-        """Append tokens to the context; the model is fed them lazily on its next call."""
-        self.ids = self.ids + list(ids)
-
-
-@dataclass
-class Candidate:
-    """One sampled step. `token_ids` extend the context if accepted (delimiter included);
-    `token_logprobs` cover the scored tokens: every generated token but the last, which is
-    the delimiter, the token before EOS's successor, or the cut point, and has no row."""
-
-    text: str
-    token_ids: list[int]
-    token_logprobs: list[float]
-    ended: StepEnd
-    row: int
-    scored: int | None = None  # set when a backend scores tokens it gives no log-probs for
-
-    @property
-    def n_scored(self) -> int:
-        return len(self.token_logprobs) if self.scored is None else self.scored
-
-
-@dataclass
-class Sample:
-    """The result of one batched sampling call, with what is needed to adopt a row."""
-
-    candidates: list[Candidate]
-    prefix_len: int
-    cache: Any
-    cache_ids: list[list[int]]
-    capture: AttentionCapture | None
-    precomputed: list[list[torch.Tensor]] | None = None  # from backends that return them
-    parts: list[tuple[Sample, int]] | None = None  # set by `merge`: where each row came from
-
-    def source(self, row: int) -> tuple[Sample, int]:
-        """The sampling call (and its row) that produced candidate `row`."""
-        return self.parts[row] if self.parts is not None else (self, row)
-
-    def merge(self, more: Sample) -> Sample:
-        """This sample's candidates followed by `more`'s (same prefix, separate calls)."""
-        parts = [self.source(i) for i in range(len(self.candidates))]
-        parts += [more.source(i) for i in range(len(more.candidates))]
-        cands = [
-            Candidate(c.text, c.token_ids, c.token_logprobs, c.ended, i, c.scored)
-            for i, c in enumerate([*self.candidates, *more.candidates])
-        ]
-        return Sample(cands, self.prefix_len, None, [], None, parts=parts)
-
-    def attentions(self, row: int) -> list[torch.Tensor]:
-        """Captured rows of candidate `row` per layer (oldest first), heads x S x (P + S)."""
-        if self.parts is not None:
-            src, r = self.source(row)
-            return src.attentions(r)
-        if self.precomputed is not None:
-            if not self.precomputed[row]:
-                raise ValueError("this backend gave no attentions")
-            return self.precomputed[row]
-        if self.capture is None:
-            raise ValueError("attention was not captured for this sample")
-        cand = self.candidates[row]
-        s, p = cand.n_scored, self.prefix_len
-        out = []
-        for layer in sorted(self.capture.layers):
-            calls = self.capture.rows.get(layer, [])
-            if len(calls) < s + 1:
-                raise ValueError(f"layer {layer}: {len(calls)} captured calls, need {s + 1}")
-            heads = calls[0].shape[1]
-            att = torch.zeros(heads, s, p + s, dtype=torch.float32)
-            for t in range(1, s + 1):  # call 0 is the last prefix token's row
-                r = calls[t][row, :, -1, :]
-                att[:, t - 1, : r.shape[-1]] = r
-            out.append(att)
-        return out
+from ..errors import InputError
+from .base import PrefixCache, Sample
+from .capture import ATTN_IMPLEMENTATION, capture_attention
+from .decoding import DelimiterWatch, cut_step, decode
+from .numerics import Quantize
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -139,7 +52,7 @@ class LocalCausalLM:
         self.eos_ids = sorted(eos)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()  # one forward at a time per model
         self._pieces: dict[int, str] = {}
 
     # ---- loading -------------------------------------------------------------------------
@@ -150,42 +63,22 @@ class LocalCausalLM:
         *,
         device: str | None = None,
         dtype: torch.dtype | None = None,
-        quantize: Literal["none", "int8", "int8x2", "dynamic-int8"] = "none",
+        quantize: Quantize = "none",
     ) -> LocalCausalLM:
-        """Load a transformers model directory or a single `.gguf` file, fully offline.
+        """Load a transformers model directory or a single `.gguf` file, fully offline
+        (`loading.from_path`; `quantize` is a CPU weight format from `numerics`)."""
+        from .loading import from_path
 
-        `quantize` is a CPU weight format from `numerics` ("int8" is the faithful one)."""
-        path = Path(path).expanduser()
-        if not path.exists():
-            raise ModelLoadError(f"model path does not exist: {path}")
-        kwargs: dict[str, Any] = {"local_files_only": True}
-        if path.is_file():
-            if path.suffix != ".gguf":
-                raise ModelLoadError(f"not a model directory or .gguf file: {path}")
-            src, kwargs["gguf_file"] = str(path.parent), path.name
-        else:
-            if not (path / "config.json").exists():
-                raise ModelLoadError(f"not a model directory (no config.json): {path}")
-            src = str(path)
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if dtype is None:
-            dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
-            model = AutoModelForCausalLM.from_pretrained(
-                src, dtype=dtype, attn_implementation="sdpa", **kwargs
-            )
-        except Exception as exc:  # any parse failure of a user file is a load error
-            detail = " ".join(str(exc).split()) or type(exc).__name__
-            raise ModelLoadError(f"cannot load model from {path}: {detail}") from None
-        model.to(device)
-        try:
-            model = numerics.apply(model, quantize, device)
-        except ValueError as exc:
-            raise ModelLoadError(str(exc)) from None
-        return cls(model, tokenizer, name=path.name)
+        return from_path(path, device=device, dtype=dtype, quantize=quantize)
 
     # ---- facts -----------------------------------------------------------------------------
+    has_logprobs = True
+    has_attentions = True
+    can_score = True
+
+    def vocab(self) -> dict[str, int]:
+        return dict(self.tokenizer.get_vocab())
+
     @property
     def num_layers(self) -> int:
         return int(self.model.config.num_hidden_layers)
@@ -246,7 +139,7 @@ class LocalCausalLM:
             )
 
     @torch.inference_mode()
-    def _catch_up(self, pc: PrefixCache) -> None:
+    def catch_up(self, pc: PrefixCache) -> None:
         """Make the cache hold exactly ids[:-1], feeding only the tokens it lacks."""
         want = pc.ids[:-1]
         if pc.cache is None:
@@ -286,8 +179,8 @@ class LocalCausalLM:
         if not fork and n != 1:
             raise ValueError("fork=False needs n == 1")
         self._check_window(pc, max_new_tokens)
-        with self._lock:
-            self._catch_up(pc)
+        with self.lock:
+            self.catch_up(pc)
             cache = pc.cache
             if fork:
                 cache = copy.deepcopy(cache)
@@ -297,57 +190,37 @@ class LocalCausalLM:
             cap_layers = capture_layers or frozenset()
             with capture_attention(cap_layers) as cap:
                 out = decode(
-                    self.model,
-                    cache,
-                    [pc.ids[-1]] * n,
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    seed=seed,
-                    eos_ids=self.eos_ids,
-                    pad_id=self.pad_id,
-                    watch=DelimiterWatch(self.piece, delimiter, n),
-                )
+                    self.model, cache, [pc.ids[-1]] * n, max_new_tokens=max_new_tokens,
+                    temperature=temperature, top_p=top_p, seed=seed, eos_ids=self.eos_ids,
+                    pad_id=self.pad_id, watch=DelimiterWatch(self.piece, delimiter, n),
+                )  # fmt: skip
             total = out.tokens.shape[1]
             pc.decode_tokens += n * total
             if not fork:
                 pc.cache = cache
-        candidates, cache_ids = [], []
-        for row in range(n):
-            gen = out.tokens[row].tolist()
-            cand = self._cut(gen, delimiter, row, out.logprobs[row])
-            candidates.append(cand)
-            cache_ids.append(pc.ids + gen[: max(total - 1, 0)])
+        rows = [out.tokens[row].tolist() for row in range(n)]
         return Sample(
-            candidates=candidates,
+            candidates=[
+                cut_step(gen, delimiter, self.eos_ids, self.decode, out.logprobs[row])
+                for row, gen in enumerate(rows)
+            ],
             prefix_len=prefix,
             cache=cache,
-            cache_ids=cache_ids,
+            cache_ids=[pc.ids + gen[: max(total - 1, 0)] for gen in rows],
             capture=cap if cap_layers else None,
         )
 
-    def _cut(
-        self, gen: list[int], delimiter: str, row: int, logprobs: torch.Tensor | None
-    ) -> Candidate:
-        eos_at = next((i for i, t in enumerate(gen) if t in self.eos_ids), None)
-        body = gen if eos_at is None else gen[:eos_at]
-        full = self.decode(body)
-        d = full.find(delimiter)
-        if d != -1:
-            lo, hi = 0, len(body) - 1  # smallest c with the delimiter inside decode(body[:c+1])
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if delimiter in self.decode(body[: mid + 1]):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            keep, scored, ended, text = body[: lo + 1], lo, "delimiter", full[:d]
-        elif eos_at is not None:
-            keep, scored, ended, text = body, len(body), "eos", full
-        else:
-            keep, scored, ended, text = body, max(len(body) - 1, 0), "length", full
-        lps = [] if logprobs is None else logprobs[:scored].tolist()
-        return Candidate(text=text, token_ids=keep, token_logprobs=lps, ended=ended, row=row)
+    @torch.inference_mode()
+    def next_logits(self, pc: PrefixCache) -> torch.Tensor:
+        """The next-token logits after the whole context (a judge's reply): the context's
+        last token is fed too, so the cache then covers every id."""
+        with self.lock:
+            self.catch_up(pc)
+            x = torch.tensor([pc.ids[-1:]], device=self.device)
+            logits = self.model(input_ids=x, cache=pc.cache, use_cache=True).logits[0, -1]
+            pc.cache_ids = [*pc.cache_ids, pc.ids[-1]]
+            pc.prefill_tokens += 1
+        return logits
 
     @torch.inference_mode()
     def score(
@@ -360,8 +233,8 @@ class LocalCausalLM:
         if not step_ids:
             raise ValueError("score needs at least one step token")
         self._check_window(pc, len(step_ids))
-        with self._lock:
-            self._catch_up(pc)
+        with self.lock:
+            self.catch_up(pc)
             fed = [pc.ids[-1], *step_ids]
             x = torch.tensor([fed], device=self.device)
             with capture_attention(capture_layers) as cap:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..errors import ModelLoadError
+from . import numerics
 from .embedder import SentenceEmbedder
 from .hf import LocalCausalLM
 from .numerics import Quantize
@@ -55,6 +57,48 @@ def pick_dtype(device: str, dtype: str | None) -> torch.dtype:
         raise ModelLoadError(f"unknown dtype {dtype!r}: use float32, bfloat16 or float16") from None
 
 
+def from_path(
+    path: str | Path,
+    *,
+    device: str | None = None,
+    dtype: torch.dtype | None = None,
+    quantize: Quantize = "none",
+) -> LocalCausalLM:
+    """A transformers model directory or a single `.gguf` file, fully offline, in one of
+    `numerics`' CPU weight formats ("int8" is the faithful one)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"model path does not exist: {path}")
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelLoadError(f"not a model directory or .gguf file: {path}")
+        src, kwargs["gguf_file"] = str(path.parent), path.name
+    else:
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"not a model directory (no config.json): {path}")
+        src = str(path)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype is None:
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            src, dtype=dtype, attn_implementation="sdpa", **kwargs
+        )
+    except Exception as exc:  # any parse failure of a user file is a load error
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise ModelLoadError(f"cannot load model from {path}: {detail}") from None
+    model.to(device)
+    try:
+        model = numerics.apply(model, quantize, device)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return LocalCausalLM(model, tokenizer, name=path.name)
+
+
 def load_lm(
     role: str,
     path: str | Path | None = None,
@@ -71,9 +115,7 @@ def load_lm(
     if threads or os.environ.get("SPECGUARD_THREADS"):
         torch.set_num_threads(int(threads or os.environ["SPECGUARD_THREADS"]))
     q = ("int8" if dev == "cpu" else "none") if quantize == "auto" else quantize
-    return LocalCausalLM.load(
-        resolve(role, path), device=dev, dtype=pick_dtype(dev, dtype), quantize=q
-    )
+    return from_path(resolve(role, path), device=dev, dtype=pick_dtype(dev, dtype), quantize=q)
 
 
 def load_embedder(path: str | Path | None = None, *, device: str = "cpu") -> SentenceEmbedder:

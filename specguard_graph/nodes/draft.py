@@ -3,65 +3,59 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from langgraph.runtime import Runtime
+
+from ..context import RunContext
 from ..state import SpecGuardState
-from .common import Deps, emit, remaining_tokens, step_index
+from .common import Deps, Update, emit, remaining_tokens, step_index
 
 
-class DraftNode:
-    def __init__(self, deps: Deps):
-        self.deps = deps
-
-    def __call__(self, state: SpecGuardState) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        deps, cfg = self.deps, self.deps.config
-        session = deps.sessions.get(state)
-        index = step_index(state)
-        decision = state.get("decision") or {}
-        widen = bool(decision.get("widen")) and decision.get("step") == index
-        if not widen:
-            session.counters_at_step = session.counters()
-            session.step_started = t0
-        # adaptive: one candidate first; the other k - 1 only if decide asks to widen
-        n = cfg.k - 1 if widen else (1 if cfg.adaptive_band is not None else cfg.k)
-        capture = (
-            deps.draft.capture_layers(cfg.grounding_layers) if cfg.signal_model == "draft" else None
-        )
-        sample = deps.draft.sample(
-            session.draft,
-            n=n,
-            delimiter=deps.spec.delimiter,
-            max_new_tokens=min(cfg.max_step_tokens, remaining_tokens(state, cfg)),
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            seed=cfg.seed + index + (1_000_003 if widen else 0),
-            capture_layers=capture,
-        )
-        if widen and session.sample is not None and session.sample_step == index:
-            sample = session.sample.merge(sample)
-        session.sample, session.sample_step = sample, index
-        candidates = [
-            {
-                "text": c.text,
-                "tokens": len(c.token_ids),
-                "ended": c.ended,
-                "token_logprobs": c.token_logprobs,
-            }
-            for c in sample.candidates
-        ]
-        elapsed = time.perf_counter() - t0
-        emit("draft", step=index, candidates=[c["text"] for c in candidates], time_s=elapsed)
-        update: dict[str, Any] = {
-            "run_id": session.run_id,
-            "candidates": candidates,
-            "grounding": None,
-            "logprob": None,
-            "grounding_error": None,
-            "logprob_error": None,
-            "timing": {"draft_s": elapsed},
-            "counts": {"draft_tokens": sum(len(c.token_ids) for c in sample.candidates[-n:])},
-        }
-        if "started_at" not in state:
-            update["started_at"] = time.time() - elapsed
-        return update
+def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
+    t0 = time.perf_counter()
+    cfg = deps.run_config(runtime)
+    session = deps.sessions.get(state)
+    index = step_index(state)
+    decision = state.get("decision") or {}
+    widen = bool(decision.get("widen")) and decision.get("step") == index
+    if not widen:
+        session.counters_at_step = session.counters()
+        session.step_started = t0
+    # adaptive: one candidate first; the other k - 1 only if decide asks to widen
+    n = cfg.k - 1 if widen else (1 if cfg.adaptive_band is not None else cfg.k)
+    capture = (
+        deps.draft.capture_layers(cfg.grounding_layers) if cfg.signal_model == "draft" else None
+    )
+    sample = deps.draft.sample(
+        session.draft,
+        n=n,
+        delimiter=deps.spec.delimiter,
+        max_new_tokens=min(cfg.max_step_tokens, remaining_tokens(state, cfg)),
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        seed=cfg.seed + index + (1_000_003 if widen else 0),
+        capture_layers=capture,
+    )
+    if widen and session.sample is not None and session.sample_step == index:
+        sample = session.sample.merge(sample)
+    session.sample, session.sample_step = sample, index
+    candidates = [
+        {"text": c.text, "tokens": len(c.token_ids), "ended": c.ended,
+         "token_logprobs": c.token_logprobs}
+        for c in sample.candidates
+    ]  # fmt: skip
+    elapsed = time.perf_counter() - t0
+    emit("draft", step=index, candidates=[c["text"] for c in candidates], time_s=elapsed)
+    update: Update = {
+        "run_id": session.run_id,
+        "candidates": candidates,
+        "grounding": None,
+        "logprob": None,
+        "grounding_error": None,
+        "logprob_error": None,
+        "timing": {"draft_s": elapsed},
+        "counts": {"draft_tokens": sum(len(c.token_ids) for c in sample.candidates[-n:])},
+    }
+    if "started_at" not in state:
+        update["started_at"] = time.time() - elapsed
+    return update

@@ -5,24 +5,30 @@ and the session memoises it so the two parallel scorers share that one forward."
 
 from __future__ import annotations
 
+from ..config import SpecGuardConfig
+from ..models import Sample
 from ..runtime import RunSession, Signals
 from ..state import SpecGuardState
 from .common import Deps, step_index
 
 
-def captured_sample(deps: Deps, state: SpecGuardState, session: RunSession):
+def captured_sample(
+    cfg: SpecGuardConfig, state: SpecGuardState, session: RunSession
+) -> Sample | None:
     """The draft's sample for this step if it is still in memory and signals come from it."""
-    if deps.config.signal_model != "draft":
+    if cfg.signal_model != "draft":
         return None
     if session.sample is None or session.sample_step != step_index(state):
         return None
     return session.sample
 
 
-def scored_signals(deps: Deps, state: SpecGuardState, session: RunSession) -> Signals:
+def scored_signals(
+    deps: Deps, cfg: SpecGuardConfig, state: SpecGuardState, session: RunSession
+) -> Signals:
     """One forward of the signal model over the selected step (memoised per step)."""
     index, sel = step_index(state), state["selected"]
-    use_target = deps.config.signal_model == "target"
+    use_target = cfg.signal_model == "target"
     model = deps.target if use_target else deps.draft
     pc = session.target if use_target else session.draft
     cand = state["candidates"][sel]
@@ -38,7 +44,7 @@ def scored_signals(deps: Deps, state: SpecGuardState, session: RunSession) -> Si
             return [], [], len(pc.ids)
         prefix = len(pc.ids)
         try:
-            lps, atts = model.score(pc, ids, model.capture_layers(deps.config.grounding_layers))
+            lps, atts = model.score(pc, ids, model.capture_layers(cfg.grounding_layers))
         except NotImplementedError:  # a callable backend cannot re-score a lost sample
             return [], [], prefix
         return lps, atts, prefix

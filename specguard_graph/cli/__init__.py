@@ -1,0 +1,27 @@
+"""The `specguard` command: solve questions with a live view, benchmark and calibrate, manage
+the embedded models."""
+
+from __future__ import annotations
+
+import warnings
+
+import typer
+
+from .bench import bench, calibrate
+from .common import OneLineErrors
+from .models import models_app
+from .solve import solve
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, cls=OneLineErrors)
+app.command()(solve)
+app.command()(bench)
+app.command()(calibrate)
+app.add_typer(models_app, name="models")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    warnings.filterwarnings("ignore")
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,187 @@
+"""`specguard bench` (methods side by side, resumable) and `specguard calibrate` (fit τ)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from ..errors import ConfigError, SpecGuardError
+from .common import (
+    DraftPath,
+    EmbedderPath,
+    Quantize,
+    QuantizeOpt,
+    TargetPath,
+    err,
+    fail,
+    load_config,
+    load_models,
+)
+
+
+class Dataset(StrEnum):
+    gsm8k = "gsm8k"
+    gsm_symbolic = "gsm-symbolic"
+    champ = "champ"
+
+
+def bench(
+    dataset: Annotated[
+        Dataset, typer.Option(help="gsm8k (the 100 original test problems) | gsm-symbolic | champ")
+    ] = Dataset.gsm8k,
+    data: Annotated[Path | None, typer.Option(help="JSONL of {question, answer} instead")] = None,
+    limit: Annotated[int | None, typer.Option(help="first N problems")] = None,
+    offset: Annotated[int, typer.Option(help="skip the first N problems")] = 0,
+    seed: Annotated[int, typer.Option(help="seed of generated problems (gsm-symbolic)")] = 0,
+    methods: Annotated[
+        str, typer.Option(help="comma-separated methods; SpecGuard ones take @field=value")
+    ] = "target,sd,specguard-greedy,specguard",
+    taus: Annotated[
+        str | None,
+        typer.Option(help="comma-separated τ values: run each SpecGuard method at each"),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="results directory (resumable)")] = Path(
+        "benchmarks/results"
+    ),
+    config: Annotated[Path | None, typer.Option(help="SpecGuardConfig JSON")] = None,
+    max_tokens: Annotated[int, typer.Option(help="token budget per problem")] = 512,
+    draft: DraftPath = None,
+    target: TargetPath = None,
+    embedder: EmbedderPath = None,
+    quantize: QuantizeOpt = Quantize.auto,
+    report_only: Annotated[
+        bool, typer.Option("--report-only", help="summarise what --out holds, run nothing")
+    ] = False,
+) -> None:
+    """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
+    from ..bench.report import write_summary
+
+    try:
+        names = _methods(methods, taus)
+        if not report_only:
+            _run(names, dataset.value, data, limit, offset, seed, config, max_tokens, out,
+                 (draft, target, embedder), quantize)  # fmt: skip
+        command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
+        Console().print(write_summary(out, names, command, sweep=bool(taus)))
+    except SpecGuardError as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise fail(f"interrupted: finished results are kept in {out}", 130) from None
+
+
+def _methods(methods: str, taus: str | None) -> list[str]:
+    """The method list, each SpecGuard method expanded to one point per τ of a sweep."""
+    from ..bench import methods as bench_methods
+
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [m for m in names if m.partition("@")[0] not in bench_methods.METHODS]
+    if unknown:
+        raise ConfigError(
+            f"unknown method(s) {', '.join(unknown)}; known: " + ", ".join(bench_methods.METHODS)
+        )
+    if taus:
+        try:
+            values = [float(t) for t in taus.split(",") if t.strip()]
+        except ValueError:
+            raise ConfigError(f"--taus: expected comma-separated numbers, got {taus!r}") from None
+        names = list(dict.fromkeys(bench_methods.with_tau(m, t) for m in names for t in values))
+    for name in names:
+        bench_methods.parse(name)  # bad overrides fail here, before any model loads
+    return names
+
+
+def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out, paths,
+         quantize):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Load the models once and run every method on every problem (resumable)."""
+    from ..bench import data as bench_data
+    from ..bench import methods as bench_methods
+    from ..bench.run import run
+
+    problems = bench_data.load(dataset, data=data, limit=limit, offset=offset, seed=seed)
+    base = load_config(config, {})
+    d, t, e = load_models(paths, quantize=quantize, need_embedder=True)
+    solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens) for m in names}
+    with Progress(
+        TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err,
+    ) as progress:  # fmt: skip
+        run(problems, solvers, out, _reporter(progress, len(names)))
+
+
+def _reporter(progress: Progress, n_methods: int):  # type: ignore[no-untyped-def]
+    """Progress per method; one line per finished problem when stderr is a log file."""
+    tasks: dict[str, Any] = {}
+    start, at_start, now = time.monotonic(), {}, {}
+
+    def report(method: str, done: int, total: int) -> None:
+        if method not in tasks:
+            tasks[method] = progress.add_task(method, total=total, completed=done)
+            at_start[method] = done
+        progress.update(tasks[method], completed=done)
+        now[method] = done
+        if not err.is_terminal and done > at_start[method]:  # a log file: one line each
+            elapsed = time.monotonic() - start
+            finished = sum(now.values()) - sum(at_start.values())
+            left = total * n_methods - sum(now.values())
+            err.print(f"{method} {done}/{total}  elapsed {elapsed / 60:.1f} min  "
+                      f"eta {elapsed / finished * left / 60:.1f} min")  # fmt: skip
+
+    return report
+
+
+def calibrate(
+    out: Annotated[Path, typer.Option(help="where to write the fitted config JSON")],
+    dataset: Annotated[Dataset, typer.Option(help="dev split: gsm-symbolic (fresh problems)")] = (
+        Dataset.gsm_symbolic
+    ),
+    data: Annotated[Path | None, typer.Option(help="JSONL of {question, answer} instead")] = None,
+    limit: Annotated[int, typer.Option(help="dev problems")] = 20,
+    seed: Annotated[int, typer.Option(help="seed of the generated dev problems")] = 1234,
+    budget: Annotated[float, typer.Option(help="share of steps the target may recompute")] = 0.3,
+    config: Annotated[Path | None, typer.Option(help="base SpecGuardConfig JSON")] = None,
+    draft: DraftPath = None,
+    target: TargetPath = None,
+    embedder: EmbedderPath = None,
+    quantize: QuantizeOpt = Quantize.auto,
+) -> None:
+    """Fit normalisation ranges and tau on a dev split to a target budget; write a config."""
+    from ..bench import data as bench_data
+    from ..bench.calibrate import calibrate as fit_config
+
+    try:
+        if not 0.0 <= budget <= 1.0:
+            raise ConfigError(f"--budget must be in [0, 1], got {budget}")
+        problems = bench_data.load(dataset.value, data=data, limit=limit, seed=seed)
+        base = load_config(config, {})
+        d, t, e = load_models((draft, target, embedder), quantize=quantize,
+                              need_embedder=base.k > 1)  # fmt: skip
+        with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), console=err) as progress:  # fmt: skip
+            task = progress.add_task("calibrate", total=len(problems))
+            cfg, info = fit_config(
+                d, t, e, problems, base, budget,
+                lambda done, total: progress.update(task, completed=done),
+            )  # fmt: skip
+        cfg.to_file(out)
+        Console().print(
+            f"wrote {out}: tau={info['tau']:.3f}, grounding_range="
+            f"({info['grounding_range'][0]:.3f}, {info['grounding_range'][1]:.3f}), "
+            f"logprob_range=({info['logprob_range'][0]:.2f}, {info['logprob_range'][1]:.2f}) "
+            f"from {info['steps']} dev steps; target share on dev {info['dev_target_share']:.2f}"
+        )
+    except (SpecGuardError, ValueError) as exc:
+        raise fail(str(exc)) from None

@@ -1,0 +1,113 @@
+"""What the commands share: consoles, the one-line error form, option types and enums, and
+loading the models once per process."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from ..config import SpecGuardConfig
+from ..errors import ConfigError
+
+err = Console(stderr=True)
+out = Console()
+
+
+class OneLineErrors(TyperGroup):
+    """Every bad flag or value ends as one `error:` line and exit code 2, as the commands'
+    own checks do, instead of click's boxed usage panel."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # no arguments: the help, as usual
+                return super().main(*args, standalone_mode=True, **kwargs)
+            fail(exc.format_message().replace("Value error, ", ""))
+            sys.exit(2)
+        except typer.Abort:
+            fail("interrupted")
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print the one-line error; the caller raises the returned Exit."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+    return typer.Exit(code)
+
+
+class Quantize(StrEnum):
+    auto = "auto"
+    int8 = "int8"
+    int8x2 = "int8x2"
+    none = "none"
+    dynamic_int8 = "dynamic-int8"
+
+
+class Device(StrEnum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Dtype(StrEnum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+DraftPath = Annotated[str | None, typer.Option("--draft", help="draft model dir or .gguf")]
+TargetPath = Annotated[str | None, typer.Option("--target", help="target model dir or .gguf")]
+EmbedderPath = Annotated[str | None, typer.Option("--embedder", help="sentence-transformers dir")]
+QuantizeOpt = Annotated[
+    Quantize,
+    typer.Option(
+        "--quantize",
+        help="CPU weight format: auto (= int8) | int8 (weight-only, per channel) | int8x2 "
+        "(int8 + int8 residual: ~bf16 precision, 2x the bytes) | none (float32) | "
+        "dynamic-int8 (batch-dependent, unfaithful; opt-in only)",
+    ),
+]
+
+
+def load_config(path: Path | None, overrides: dict[str, Any]) -> SpecGuardConfig:
+    base = SpecGuardConfig.from_file(path) if path else SpecGuardConfig()
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return base.replace(**changes) if changes else base
+
+
+def _quiet_hf() -> None:
+    """Model loading progress bars and deprecation chatter would bury the live view."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
+
+
+def load_models(paths: tuple[str | None, str | None, str | None], *, quantize: Quantize,
+                need_embedder: bool, device: str = "auto", dtype: str = "auto"):  # fmt: skip
+    """Draft, target and (when the vote needs it) embedder, loaded once per process."""
+    from ..models.loading import load_embedder, load_lm
+
+    if not isinstance(quantize, Quantize):
+        raise ConfigError(f"--quantize must be one of {', '.join(q.value for q in Quantize)}")
+    _quiet_hf()
+    draft, target, embedder = paths
+    with err.status("loading models (once per process)…"):
+        q = quantize.value
+        d = load_lm("draft", draft, device=device, dtype=dtype, quantize=q)  # type: ignore[arg-type]
+        t = load_lm("target", target, device=device, dtype=dtype, quantize=q)  # type: ignore[arg-type]
+        e = load_embedder(embedder) if need_embedder else None
+    return d, t, e

@@ -1,0 +1,156 @@
+"""`specguard solve`: one question (or a JSONL file of them) with the live view or JSON traces."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.live import Live
+
+from ..errors import InputError, SpecGuardError
+from ..results import ResultLog
+from ..runtime import validate_question
+from .common import (
+    Device,
+    DraftPath,
+    Dtype,
+    EmbedderPath,
+    Quantize,
+    QuantizeOpt,
+    TargetPath,
+    err,
+    fail,
+    load_config,
+    load_models,
+    out,
+)
+from .live import LiveView
+
+
+class Steps(StrEnum):
+    reasoning = "reasoning"
+    plan = "plan"
+    tool_call = "tool_call"
+
+
+class SignalModel(StrEnum):
+    draft = "draft"
+    target = "target"
+
+
+def questions(question: str | None, file: Path | None) -> list[str]:
+    """The question argument, or every {"question": ...} line of the file."""
+    from .. import jsonl
+
+    if (question is None) == (file is None):
+        raise InputError("give either a QUESTION or --file questions.jsonl")
+    if question is not None:
+        return [validate_question(question)]
+    assert file is not None
+    found = []
+    for n, obj in jsonl.objects(file, ("question",)):
+        try:
+            found.append(validate_question(obj["question"]))
+        except InputError as exc:
+            raise InputError(f"{file}:{n}: {exc}") from None
+    if not found:
+        raise InputError(f"{file}: no questions")
+    return found
+
+
+def solve(
+    question: Annotated[str | None, typer.Argument(help="the question to solve")] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="JSONL of {question}")] = None,
+    draft: DraftPath = None,
+    target: TargetPath = None,
+    embedder: EmbedderPath = None,
+    k: Annotated[int | None, typer.Option(help="draft candidates per step")] = None,
+    tau: Annotated[float | None, typer.Option(help="accept threshold in [0, 1]")] = None,
+    beta: Annotated[float | None, typer.Option(help="log-prob weight in [0, 1]")] = None,
+    signal_model: Annotated[
+        SignalModel | None, typer.Option(help="whose signals score a step")
+    ] = None,
+    max_steps: Annotated[int | None, typer.Option(help="stop after N steps")] = None,
+    max_step_tokens: Annotated[int | None, typer.Option(help="cut a step after N tokens")] = None,
+    seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
+    config: Annotated[Path | None, typer.Option(help="config JSON (from calibrate)")] = None,
+    steps: Annotated[Steps, typer.Option(help="what a step is")] = Steps.reasoning,
+    as_json: Annotated[bool, typer.Option("--json", help="print the JSON trace")] = False,
+    out_file: Annotated[
+        Path | None,
+        typer.Option("--out", help="append traces here (fsynced); a rerun skips finished ones"),
+    ] = None,
+    device: Annotated[Device, typer.Option(help="where the models run")] = Device.auto,
+    dtype: Annotated[Dtype, typer.Option(help="weights' float type")] = Dtype.auto,
+    quantize: QuantizeOpt = Quantize.auto,
+) -> None:
+    """Solve QUESTION (or every line of --file) with SpecGuard."""
+    try:
+        from ..steps import get_step_spec
+
+        todo_all = questions(question, file)
+        cfg = load_config(config, dict(
+            k=k, tau=tau, beta=beta, max_steps=max_steps, max_step_tokens=max_step_tokens,
+            seed=seed, signal_model=signal_model.value if signal_model else None,
+        ))  # fmt: skip
+        spec = get_step_spec(steps.value)
+        log = ResultLog(out_file, key="key") if out_file else None
+        finished = log.done() if log else {}
+        todo = [(i, q) for i, q in enumerate(todo_all) if f"{i}:{q}" not in finished]
+        if log and len(todo) < len(todo_all):
+            err.print(f"resuming: {len(todo_all) - len(todo)} already in {out_file}")
+        if not todo:
+            return
+        graph = _graph((draft, target, embedder), cfg, spec, device, dtype, quantize)
+        for i, q in todo:
+            trace = _run_one(graph, q, as_json=as_json or file is not None)
+            if log:
+                log.append({"key": f"{i}:{q}", **trace})
+    except SpecGuardError as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", 130) from None
+
+
+def _graph(paths, cfg, spec, device, dtype, quantize):  # type: ignore[no-untyped-def]
+    from ..graph import build_graph
+
+    d, t, e = load_models(paths, quantize=quantize, need_embedder=cfg.k > 1,
+                          device=device.value, dtype=dtype.value)  # fmt: skip
+    if d.tokenizer.get_vocab() != t.tokenizer.get_vocab():
+        err.print(
+            "[yellow]warning:[/] draft and target tokenizers differ: step-level decoding "
+            "works (steps pass as text), but the token-level SD baseline cannot run"
+        )
+    return build_graph(d, t, embedder=e, steps=spec, config=cfg).compile()
+
+
+def _run_one(graph: Any, question: str, *, as_json: bool) -> dict[str, Any]:
+    from ..trace import to_trace
+
+    result: dict[str, Any] = {}
+    if as_json:
+        trace = to_trace(graph.invoke({"question": question}))
+        sys.stdout.write(json.dumps(trace) + "\n")
+        sys.stdout.flush()
+        return trace
+    view = LiveView(question)
+    with Live(view.render(), console=out, refresh_per_second=8, transient=False) as live:
+        for mode, data in graph.stream({"question": question}, stream_mode=["custom", "values"]):
+            if mode == "custom":
+                view.handle(data)
+                live.update(view.render())
+            else:
+                result = data
+    trace = to_trace(result)
+    t, c = trace["timing"], trace["counts"]
+    out.print(
+        f"[bold]answer:[/] {trace['answer']}   status={trace['status']}   "
+        f"steps={c['steps']} (target {c['target_steps']})   total {t['total_s']:.1f}s = "
+        f"draft {t['draft_s']:.1f}s + verify {t['verify_s']:.2f}s + target {t['target_s']:.1f}s"
+    )
+    return trace

@@ -1,0 +1,110 @@
+"""The signal math as pure functions: the nodes, calibration and the benchmarks share them.
+
+See docs/design.md, "Signal math": ABGV (attention-rollout grounding), LPBV (the step's least
+likely token), both normalised on fixed ranges and mixed with β, accepted at τ; the medoid
+picks the most consistent of k candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .config import SpecGuardConfig
+
+
+def normalise(value: float, lo: float, hi: float) -> float:
+    """Map [lo, hi] linearly onto [0, 1] and clip; -inf maps to 0, +inf to 1."""
+    if hi <= lo:
+        raise ValueError(f"normalisation range must have lo < hi, got {lo, hi}")
+    if math.isnan(value):
+        raise ValueError("cannot normalise NaN")
+    return min(1.0, max(0.0, (value - lo) / (hi - lo)))
+
+
+@dataclass(frozen=True)
+class Decision:
+    grounding_norm: float
+    logprob_norm: float
+    score: float
+    accepted: bool
+
+
+def decide_step(grounding: float, logprob: float, config: SpecGuardConfig) -> Decision:
+    """score = β·lp_norm + (1 − β)·g_norm; accept when score ≥ τ."""
+    g = normalise(grounding, *config.grounding_range)
+    lp = normalise(logprob, *config.logprob_range)
+    score = config.beta * lp + (1.0 - config.beta) * g
+    return Decision(g, lp, score, score >= config.tau)
+
+
+def grounding_score(
+    attentions: Sequence[torch.Tensor], prefix_len: int, *, sparsify: float = 0.01
+) -> tuple[float, list[float]]:
+    """Return (ABGV, per-token grounded mass) for one step.
+
+    `attentions` holds one tensor per used layer, oldest first, each heads x S x N with
+    N = prefix_len + S: the attention rows of the step tokens over every key. Prefix rows
+    attend only to the prefix, so mass that reaches the prefix stays there and rollout
+    reduces to a recursion over the S x S block of the step.
+    """
+    if len(attentions) == 0:
+        raise ValueError("grounding_score needs at least one layer of attention")
+    if prefix_len < 0:
+        raise ValueError("prefix_len must be >= 0")
+    mass: torch.Tensor | None = None
+    for layer, att in enumerate(attentions):
+        a = torch.as_tensor(att, dtype=torch.float64)
+        if a.ndim != 3:
+            raise ValueError(f"layer {layer}: expected heads x S x N, got shape {tuple(a.shape)}")
+        _, steps, keys = a.shape
+        if steps == 0:
+            raise ValueError("grounding_score needs at least one step token")
+        if keys != prefix_len + steps:
+            raise ValueError(f"layer {layer}: N={keys} but prefix_len + S = {prefix_len} + {steps}")
+        if not torch.isfinite(a).all():
+            raise ValueError(f"layer {layer}: attention contains NaN or inf")
+        if mass is not None and steps != mass.numel():
+            raise ValueError("all layers must have the same number of step tokens")
+        if sparsify > 0:
+            a = torch.where(a < sparsify, torch.zeros_like(a), a)
+        rows = 0.5 * a.mean(dim=0)
+        idx = torch.arange(steps)
+        rows[idx, prefix_len + idx] += 0.5
+        rows = rows / rows.sum(dim=-1, keepdim=True)
+        prev = torch.zeros(steps, dtype=torch.float64) if mass is None else mass
+        mass = rows[:, :prefix_len].sum(dim=-1) + rows[:, prefix_len:] @ prev
+    assert mass is not None
+    return float(mass.min()), mass.tolist()
+
+
+def logprob_score(token_logprobs: Sequence[float] | torch.Tensor) -> float:
+    """min_t log p(y_t | prefix, y_<t) over the scored tokens of one step: one guessed number
+    in a confident-looking step is not rescued by its easy tokens."""
+    values = torch.as_tensor(token_logprobs, dtype=torch.float64).flatten()
+    if values.numel() == 0:
+        raise ValueError("logprob_score needs at least one token log-probability")
+    if torch.isnan(values).any():
+        raise ValueError("token log-probabilities contain NaN")
+    lp = float(values.min())
+    if lp > 0.0 and not math.isclose(lp, 0.0, abs_tol=1e-6):
+        raise ValueError(f"log-probabilities must be <= 0, got {lp}")
+    return min(lp, 0.0)
+
+
+def select_medoid(embeddings: torch.Tensor) -> int:
+    """argmax_j mean_{m≠j} cos(e_j, e_m); the lowest index wins ties."""
+    if embeddings.ndim != 2 or embeddings.shape[0] == 0:
+        raise ValueError("embeddings must be a non-empty 2-D tensor")
+    k = embeddings.shape[0]
+    if k == 1:
+        return 0
+    e = torch.nn.functional.normalize(embeddings.double(), dim=-1)
+    sims = e @ e.T
+    mean_other = (sims.sum(dim=1) - sims.diagonal()) / (k - 1)
+    best = mean_other.max()
+    # exact ties (identical candidates) must go to the lowest index, float noise included
+    return int(torch.nonzero(mean_other >= best - 1e-12)[0, 0])
