@@ -4,13 +4,16 @@ restarted with the same thread id continues from the last accepted step.
     python examples/persistent_run.py --db runs.sqlite --thread demo-1 [--tiny]
 
 Prints each decided step as a JSON line (and `{"event": "resumed", ...}` when the thread
-already had steps).
+already had steps). Events are at-least-once across a crash: the node that was running when
+the process died runs again on resume and emits its events again (the saved state is exact);
+a consumer that must not see a step twice keeps the last `index` it handled.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -37,6 +40,10 @@ def main() -> None:
         draft, target, embedder = load_lm("draft"), load_lm("target"), load_embedder()
     cfg = SpecGuardConfig(k=2, tau=0.7, max_steps=args.max_steps, max_step_tokens=24)
     builder = build_graph(draft, target, embedder=embedder, config=cfg)
+    # checkpoints hold the questions and answers: readable by their owner only (SQLite gives
+    # its -wal and -shm files the database file's permissions)
+    os.close(os.open(args.db, os.O_CREAT | os.O_RDWR, 0o600))
+    os.chmod(args.db, 0o600)
     with SqliteSaver.from_conn_string(args.db) as saver:
         graph = builder.compile(checkpointer=saver)
         thread = {"configurable": {"thread_id": args.thread}}

@@ -19,7 +19,8 @@ class SpecGuardConfig(BaseModel):
     never min-max over the k candidates: that would let the best of k bad steps pass.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `{"max_steps": true}` or `{"tau": "0.5"}` is an error, not 1 or 0.5
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     k: int = Field(4, ge=1, le=64, description="draft candidates sampled per step")
     temperature: float = Field(
@@ -70,6 +71,9 @@ class SpecGuardConfig(BaseModel):
     @classmethod
     def make(cls, **values: object) -> SpecGuardConfig:
         """Build a config, turning pydantic's multi-line report into one-line ConfigErrors."""
+        for name in ("grounding_range", "logprob_range"):  # JSON has lists, not tuples
+            if isinstance(values.get(name), list):
+                values[name] = tuple(values[name])
         try:
             return cls(**values)  # type: ignore[arg-type]
         except ValidationError as exc:
@@ -79,9 +83,15 @@ class SpecGuardConfig(BaseModel):
     def from_file(cls, path: str | Path) -> SpecGuardConfig:
         """Read a config written by `to_file` (or by hand) as JSON."""
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read config {path}: {exc}") from None
+            data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config {path} is not UTF-8 text") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config {path} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} must hold a JSON object, got {type(data).__name__}")
         return cls.make(**data)
 
     def to_file(self, path: str | Path) -> None:

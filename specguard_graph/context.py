@@ -21,7 +21,7 @@ _DEFAULT = " (unset: the graph's build-time config)"
 class RunContext(BaseModel):
     """What one run may change; None keeps the value the graph was built with."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     k: int | None = Field(None, description="draft candidates sampled per step" + _DEFAULT)
     tau: float | None = Field(None, description="accept threshold on the score" + _DEFAULT)

@@ -89,6 +89,8 @@ def build_graph(
     spec = steps or ReasoningSteps()
     if not isinstance(spec, StepSpec):
         raise ConfigError(f"steps must implement the StepSpec protocol, got {type(spec).__name__}")
+    if not isinstance(spec.delimiter, str) or not spec.delimiter:
+        raise ConfigError(f"steps.delimiter must be a non-empty string, got {spec.delimiter!r}")
     _check_model("draft", draft)
     _check_model("target", target)
     check_models(draft, target, embedder, config)

@@ -9,11 +9,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import InputError
+
 
 class ResultLog:
     def __init__(self, path: str | Path, key: str = "key"):
         self.path = Path(path)
         self.key = key
+
+    def check(self) -> None:
+        """Fail before any work when the log cannot be read and appended to (a read-only
+        directory, a directory in its place, a symlink loop): a result computed first would be
+        lost. An existing log is left byte for byte as it is."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a"):
+                pass
+            self.done()
+        except OSError as exc:
+            raise InputError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
     def done(self) -> dict[str, dict[str, Any]]:
         """Finished results by key; a torn last line (killed mid-write) is ignored."""
@@ -26,7 +40,7 @@ class ResultLog:
     def _read(self) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
             return
-        with self.path.open() as f:
+        with self.path.open(encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
                     obj = json.loads(line)

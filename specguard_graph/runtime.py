@@ -28,6 +28,10 @@ def validate_question(question: Any) -> str:
         raise InputError(f"question must be text, got {type(question).__name__}")
     if not question.strip():
         raise InputError("question is empty")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: undecodable bytes of a command line
+        raise InputError("question is not valid UTF-8 text") from None
     return question
 
 

@@ -87,6 +87,7 @@ def test_a_killed_run_resumes_from_its_last_accepted_step(tmp_path):
             break
     first.wait()
     assert len(before) == 3, "the first process must be killed mid-run"
+    assert db.stat().st_mode & 0o777 == 0o600, "checkpoints are readable by their owner only"
 
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]

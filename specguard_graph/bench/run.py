@@ -13,6 +13,12 @@ from .grade import grade
 Report = Callable[[str, int, int], None]  # (method, done, total)
 
 
+def check_out(out_dir: Path, methods: list[str]) -> None:
+    """Every file `run` and the report will write can be written: checked before models load."""
+    for name in [*(f"{m}.jsonl" for m in methods), "summary.md"]:
+        ResultLog(out_dir / name).check()
+
+
 def run(
     problems: list[Problem],
     solvers: dict[str, Callable[[str], dict[str, Any]]],

@@ -72,6 +72,9 @@ def bench(
 
     try:
         names = _methods(methods, taus)
+        from ..bench.run import check_out
+
+        check_out(out, names)
         if not report_only:
             _run(names, dataset.value, data, limit, offset, seed, config, max_tokens, out,
                  (draft, target, embedder), quantize)  # fmt: skip

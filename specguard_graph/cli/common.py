@@ -54,12 +54,6 @@ class Quantize(StrEnum):
     dynamic_int8 = "dynamic-int8"
 
 
-class Device(StrEnum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
 class Dtype(StrEnum):
     auto = "auto"
     float32 = "float32"

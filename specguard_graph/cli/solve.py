@@ -15,7 +15,6 @@ from ..errors import InputError, SpecGuardError
 from ..results import ResultLog
 from ..runtime import validate_question
 from .common import (
-    Device,
     DraftPath,
     Dtype,
     EmbedderPath,
@@ -84,7 +83,7 @@ def solve(
         Path | None,
         typer.Option("--out", help="append traces here (fsynced); a rerun skips finished ones"),
     ] = None,
-    device: Annotated[Device, typer.Option(help="where the models run")] = Device.auto,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[Dtype, typer.Option(help="weights' float type")] = Dtype.auto,
     quantize: QuantizeOpt = Quantize.auto,
 ) -> None:
@@ -99,6 +98,8 @@ def solve(
         ))  # fmt: skip
         spec = get_step_spec(steps.value)
         log = ResultLog(out_file, key="key") if out_file else None
+        if log:
+            log.check()
         finished = log.done() if log else {}
         todo = [(i, q) for i, q in enumerate(todo_all) if f"{i}:{q}" not in finished]
         if log and len(todo) < len(todo_all):
@@ -120,7 +121,7 @@ def _graph(paths, cfg, spec, device, dtype, quantize):  # type: ignore[no-untype
     from ..graph import build_graph
 
     d, t, e = load_models(paths, quantize=quantize, need_embedder=cfg.k > 1,
-                          device=device.value, dtype=dtype.value)  # fmt: skip
+                          device=device, dtype=dtype.value)  # fmt: skip
     if d.tokenizer.get_vocab() != t.tokenizer.get_vocab():
         err.print(
             "[yellow]warning:[/] draft and target tokenizers differ: step-level decoding "

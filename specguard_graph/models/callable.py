@@ -18,8 +18,11 @@ from typing import Any
 
 import torch
 
+from ..errors import InputError
 from ..steps import separator
 from .base import Candidate, PrefixCache, Sample, StepEnd
+
+ENDS = ("delimiter", "eos", "length")
 
 
 @dataclass
@@ -101,15 +104,25 @@ class CallableStepModel:
         steps = [o if isinstance(o, StepOutput) else StepOutput(text=str(o)) for o in outs]
         candidates, attentions = [], []
         for o in steps:
-            text = o.text.split(delimiter, 1)[0]
-            sep = separator(delimiter, o.ended)
-            lps = [float(x) for x in (o.token_logprobs or [])]
-            atts = [torch.as_tensor(a, dtype=torch.float32) for a in (o.attentions or [])]
-            scored = int(atts[0].shape[1]) if atts else len(lps)
-            candidates.append(Candidate(text, self.encode(text + sep), lps, o.ended, scored=scored))
-            attentions.append(atts)
+            candidates.append(self._candidate(o, delimiter, max_new_tokens))
+            attentions.append([torch.as_tensor(a, dtype=torch.float32) for a in o.attentions or []])
         prefix = next((o.prefix_len for o in steps if o.prefix_len is not None), len(pc.ids))
         return Sample(candidates, prefix, None, [], None, precomputed=attentions)
+
+    def _candidate(self, o: StepOutput, delimiter: str, max_new_tokens: int) -> Candidate:
+        """A returned step as a candidate: cut at the delimiter, and at `max_new_tokens`
+        characters (this backend's tokens) like any model's step, marked `length` then."""
+        if o.ended not in ENDS:
+            raise InputError(
+                f"{self.name}: ended must be one of {', '.join(ENDS)}, got {o.ended!r}"
+            )
+        text, ended = o.text.split(delimiter, 1)[0], o.ended
+        if len(text + separator(delimiter, ended)) > max_new_tokens:
+            text, ended = text[:max_new_tokens], "length"
+        lps = [float(x) for x in o.token_logprobs or []]
+        scored = int(torch.as_tensor(o.attentions[0]).shape[1]) if o.attentions else len(lps)
+        ids = self.encode(text + separator(delimiter, ended))
+        return Candidate(text, ids, lps, ended, scored=scored)
 
     def score(self, pc: PrefixCache, step_ids: Sequence[int], capture_layers: frozenset[int]):
         raise NotImplementedError(f"{self.name} cannot score a given step")

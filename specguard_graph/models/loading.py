@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ModelLoadError
+from ..errors import ConfigError, ModelLoadError
 from . import numerics
 from .embedder import SentenceEmbedder
 from .hf import LocalCausalLM
@@ -41,9 +41,29 @@ def resolve(role: str, path: str | Path | None) -> Path:
 def pick_device(device: str | None) -> str:
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError("--device cuda was asked for but no CUDA device is available")
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was asked for but no CUDA device is available")
     return device
+
+
+def pick_threads(threads: int | None) -> int | None:
+    """The CPU thread count: the argument, else $SPECGUARD_THREADS, else torch's default."""
+    name = "threads"
+    if threads is None:
+        name, raw = "SPECGUARD_THREADS", os.environ.get("SPECGUARD_THREADS", "").strip()
+        if not raw:
+            return None
+        try:
+            threads = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be a positive integer, got {raw!r}") from None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {threads!r}")
+    return threads
 
 
 def pick_dtype(device: str, dtype: str | None) -> torch.dtype:
@@ -112,8 +132,8 @@ def load_lm(
     it computes the same model whatever the batch, top-1 within 1 % of float32; CUDA gets
     bfloat16."""
     dev = pick_device(device)
-    if threads or os.environ.get("SPECGUARD_THREADS"):
-        torch.set_num_threads(int(threads or os.environ["SPECGUARD_THREADS"]))
+    if (n := pick_threads(threads)) is not None:
+        torch.set_num_threads(n)
     q = ("int8" if dev == "cpu" else "none") if quantize == "auto" else quantize
     return from_path(resolve(role, path), device=dev, dtype=pick_dtype(dev, dtype), quantize=q)
 

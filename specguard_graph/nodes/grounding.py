@@ -8,7 +8,7 @@ from ..context import RunContext
 from ..scoring import grounding_score
 from ..state import SpecGuardState
 from .common import Deps, Update, emit, step_index, timed
-from .signals import captured_sample, scored_signals
+from .signals import captured_sample, missing, scored_signals
 
 
 @timed("verify_s")
@@ -25,7 +25,7 @@ def score_grounding(state: SpecGuardState, runtime: Runtime[RunContext], *, deps
         else:
             _, atts, prefix = scored_signals(deps, cfg, state, session)
         if not atts:
-            update["grounding_error"] = "empty step"
+            update["grounding_error"] = missing("attentions", state, deps)
         else:
             g, per_token = grounding_score(atts, prefix, sparsify=cfg.sparsify)
             update.update(grounding=g, grounding_tokens=per_token, grounding_error=None)

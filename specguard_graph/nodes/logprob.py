@@ -10,7 +10,7 @@ from ..context import RunContext
 from ..scoring import logprob_score
 from ..state import SpecGuardState
 from .common import Deps, Update, emit, step_index, timed
-from .signals import captured_sample, scored_signals
+from .signals import captured_sample, missing, scored_signals
 
 
 @timed("verify_s")
@@ -29,6 +29,6 @@ def score_logprob(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: 
         else:
             update["logprob_error"] = "log-probability is not finite"
     except ValueError as exc:
-        update["logprob_error"] = "empty step" if not len(lps) else str(exc)
+        update["logprob_error"] = missing("log-probs", state, deps) if not len(lps) else str(exc)
     emit("logprob", step=step_index(state), logprob=update["logprob"])
     return update

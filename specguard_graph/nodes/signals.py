@@ -50,3 +50,11 @@ def scored_signals(
         return lps, atts, prefix
 
     return session.signals((model.name + str(id(model)), index, sel), compute)
+
+
+def missing(signal: str, state: SpecGuardState, deps: Deps) -> str:
+    """Why a signal has no values: the step has no scored token, or nothing produced it."""
+    cand = state["candidates"][state["selected"]]
+    if not cand["text"].strip() or cand["tokens"] <= 1:  # the token that ends it is not scored
+        return "empty step"
+    return f"no {signal} for this step from the signal model ({deps.draft.name} or re-scoring)"
