@@ -13,6 +13,7 @@ For each model and option, over GSM8K reference solutions (prompt + solution, te
 
     .venv/bin/python benchmarks/fidelity.py                       # 20 problems, both models
     .venv/bin/python benchmarks/fidelity.py --models draft --options int8x2 --problems 4
+    .venv/bin/python benchmarks/fidelity.py --options int8 --checks greedy   # no fp32 needed
 
 float32 is the reference and always runs first. Issue 12's goals for the default (int8):
 top-1 >= 99 %, NLL within 1 %, greedy identical on >= 19 of 20 prompts.
@@ -71,8 +72,11 @@ def measure(
     prompts: list[list[int]],
     new: int,
     ref: list[Scored] | None,
+    checks: set[str],
 ) -> tuple[dict[str, float], list[Scored]]:
     """One option's row; with `ref` None (float32 itself) only the one-forward scores."""
+    if "forced" not in checks:
+        return {"tokens": 0.0, "greedy same": _greedy(lm, prompts, new)}, []
     one = _teacher_forced(lm, texts, "one forward")
     nll = -torch.cat([s.gold for s in one])
     row: dict[str, float] = {"tokens": float(nll.numel()), "nll": float(nll.mean())}
@@ -87,15 +91,21 @@ def measure(
         row[f"dlp {feeding}"] = max(float((a.gold - b.gold).abs().max()) for a, b in pairs)
         row[f"flips {feeding}"] = float(sum(int((a.argmax != b.argmax).sum()) for a, b in pairs))
         print(f"  {lm.name}: {row}", file=sys.stderr, flush=True)
+    if "greedy" in checks:
+        row["greedy same"] = _greedy(lm, prompts, new)
+        print(f"  {lm.name}: {row}", file=sys.stderr, flush=True)
+    return row, one
+
+
+def _greedy(lm: LocalCausalLM, prompts: list[list[int]], new: int) -> float:
+    """On how many prompts the greedy continuation is the same for all four feedings."""
     same = 0
     for i, p in enumerate(prompts):
         batch = batch_of_4(p, prompts[:i] + prompts[i + 1 :])
         rows = {f: batch if f == "row of 4" else [p] for f in FEEDINGS}
         same += len({tuple(greedy(lm.model, rows[f], f, new)) for f in FEEDINGS}) == 1
         print(f"  greedy identical on {same} of {i + 1} prompts", file=sys.stderr, flush=True)
-    row["greedy same"] = float(same)
-    print(f"  {lm.name}: {row}", file=sys.stderr, flush=True)
-    return row, one
+    return float(same)
 
 
 def main() -> None:
@@ -109,7 +119,12 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=20, help="prompts for the greedy check")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--checks", nargs="+", default=["forced", "greedy"], choices=["forced", "greedy"],
+        help="forced: top-1, NLL and feeding Δ (needs fp32); greedy: the 64-token check",
+    )  # fmt: skip
     args = ap.parse_args()
+    checks = set(args.checks)
     torch.set_num_threads(args.threads)
     problems = gsm8k_100()[: args.problems]
     print(f"torch {torch.__version__}, {args.threads} threads; {len(problems)} GSM8K problems, "
@@ -120,7 +135,7 @@ def main() -> None:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for role in args.models:
         ref = None
-        for option in ["fp32", *args.options]:
+        for option in ["fp32", *args.options] if "forced" in checks else args.options:
             t0 = time.perf_counter()
             lm = load_lm(role, **OPTIONS[option])
             texts, prompts = [], []
@@ -129,21 +144,27 @@ def main() -> None:
                 texts.append(Text(prompt + lm.encode(p["solution"]), len(prompt)))
                 prompts.append(prompt)
             prompts = prompts[: args.prompts]
-            row, one = measure(lm, texts, prompts, args.new_tokens, ref)
+            row, one = measure(lm, texts, prompts, args.new_tokens, ref, checks)
             if option == "fp32":
                 ref = one
             cells = [
                 role,
                 option,
-                f"{row['tokens']:.0f}",
+                f"{row['tokens']:.0f}" if row["tokens"] else "—",
                 f"{100 * row['top1']:.1f} %" if "top1" in row else "—",
-                f"{row['nll']:.4f}",
+                f"{row['nll']:.4f}" if "nll" in row else "—",
                 f"{row['nll_ratio']:.4f}" if "nll_ratio" in row else "—",
             ]
             if ref is not one:
-                cells += [f"{row[f'dlp {p}']:.2g}" for p in FEEDINGS[1:]]
-                cells += [f"{row[f'flips {p}']:.0f}" for p in FEEDINGS[1:]]
-                cells += [f"{row['greedy same']:.0f} / {len(prompts)}"]
+                cells += [
+                    f"{row[f'dlp {p}']:.2g}" if f"dlp {p}" in row else "—" for p in FEEDINGS[1:]
+                ]
+                cells += [
+                    f"{row[f'flips {p}']:.0f}" if f"flips {p}" in row else "—" for p in FEEDINGS[1:]
+                ]
+                cells += [
+                    f"{row['greedy same']:.0f} / {len(prompts)}" if "greedy same" in row else "—"
+                ]
             else:
                 cells += ["(reference)"] * (2 * len(FEEDINGS) - 1)
             lines.append("| " + " | ".join(cells) + " |")

@@ -278,3 +278,23 @@ def test_adaptive_draws_the_vote_only_inside_the_band(tiny):
     for prev, cur in itertools.pairwise(steps):
         if prev["source"] == "draft":
             assert cur["fed"]["draft_prefill"] == 0
+
+
+def test_resuming_a_paused_step_emits_no_event_twice(tiny):
+    """Only ask_person re-runs on resume, and it emits nothing before it pauses."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    cfg = SpecGuardConfig(k=2, tau=1.0, max_steps=2, max_step_tokens=10, interrupt_on_reject=True)
+    graph = build_graph(tiny.draft, tiny.target, embedder=tiny.embedder, config=cfg).compile(
+        checkpointer=InMemorySaver()
+    )
+    thread = {"configurable": {"thread_id": "once"}}
+    events, command = [], Q
+    for _ in range(3):
+        events += list(graph.stream(command, thread, stream_mode="custom"))
+        command = Command(resume="recompute")
+    decisions = [e["step"] for e in events if e["event"] == "decision"]
+    steps = [e["index"] for e in events if e["event"] == "step"]
+    assert decisions == [0, 1] and steps == [0, 1]
+    assert "ask" not in events[[e["event"] for e in events].index("decision")]
