@@ -102,3 +102,19 @@ def test_a_run_through_the_api_streams_the_step_events(server):
     steps = [e for e in events if e["event"] == "step"]
     assert last_values is not None and len(last_values["steps"]) == len(steps)
     assert last_values["status"] in ("final", "max_steps", "max_total_tokens")
+
+
+def test_studio_shows_the_per_run_settings_and_a_run_can_set_them(server):
+    found = httpx.post(f"{server}/assistants/search", json={"graph_id": "specguard"}, timeout=30)
+    assistant = found.json()[0]["assistant_id"]
+    schemas = httpx.get(f"{server}/assistants/{assistant}/schemas", timeout=30).json()
+    fields = schemas["context_schema"]["properties"]
+    assert {"tau", "beta", "k", "temperature", "max_steps"} <= set(fields)
+    body = {
+        "assistant_id": "specguard",
+        "input": {"question": "What is 2 + 3?"},
+        "context": {"tau": 0.0, "k": 1, "max_steps": 2},
+    }
+    out = httpx.post(f"{server}/runs/wait", json=body, timeout=120).json()
+    assert [s["source"] for s in out["steps"]] == ["draft", "draft"]
+    assert all(len(s["candidates"]) == 1 for s in out["steps"])
