@@ -44,6 +44,7 @@ class RunSession:
     sample: Sample | None = None
     sample_step: int = -1
     counters_at_step: dict[str, int] = field(default_factory=dict)
+    spent: dict[str, float] = field(default_factory=dict)  # this step's seconds per model
     step_started: float = 0.0
     _signals: dict[tuple[str, int, int], Signals] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)

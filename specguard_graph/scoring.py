@@ -95,16 +95,20 @@ def logprob_score(token_logprobs: Sequence[float] | torch.Tensor) -> float:
     return min(lp, 0.0)
 
 
-def select_medoid(embeddings: torch.Tensor) -> int:
-    """argmax_j mean_{m≠j} cos(e_j, e_m); the lowest index wins ties."""
+def consistency(embeddings: torch.Tensor) -> torch.Tensor:
+    """Each candidate's vote: mean_{m≠j} cos(e_j, e_m) (1 for a single candidate)."""
     if embeddings.ndim != 2 or embeddings.shape[0] == 0:
         raise ValueError("embeddings must be a non-empty 2-D tensor")
     k = embeddings.shape[0]
     if k == 1:
-        return 0
+        return torch.ones(1, dtype=torch.float64)
     e = torch.nn.functional.normalize(embeddings.double(), dim=-1)
     sims = e @ e.T
-    mean_other = (sims.sum(dim=1) - sims.diagonal()) / (k - 1)
-    best = mean_other.max()
+    return (sims.sum(dim=1) - sims.diagonal()) / (k - 1)
+
+
+def select_medoid(embeddings: torch.Tensor) -> int:
+    """argmax_j mean_{m≠j} cos(e_j, e_m); the lowest index wins ties."""
+    votes = consistency(embeddings)
     # exact ties (identical candidates) must go to the lowest index, float noise included
-    return int(torch.nonzero(mean_other >= best - 1e-12)[0, 0])
+    return int(torch.nonzero(votes >= votes.max() - 1e-12)[0, 0])

@@ -7,7 +7,7 @@ keyed by `run_id`; the state holds what is needed to rebuild that session from s
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 Status = Literal["final", "max_steps", "max_total_tokens"]
 
@@ -46,6 +46,8 @@ class StepRecord(TypedDict, total=False):
     tokens: int
     fed: dict[str, int]
     time_s: float
+    spent: dict[str, float]  # seconds this step spent drafting, verifying, in the target
+    candidate_signals: list[dict[str, Any]]  # per candidate: grounding, log-probs, vote
 
 
 class Decision(TypedDict, total=False):
@@ -78,6 +80,8 @@ class SpecGuardState(InputState, OutputState, total=False):
     started_at: float
     candidates: list[CandidateRecord]
     selected: int
+    votes: list[float]  # each candidate's mean cosine similarity to the others
+    candidate_grounding: list[float | None]  # each candidate's ABGV, where it was captured
     grounding: float | None
     grounding_tokens: list[float]
     logprob: float | None

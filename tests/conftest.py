@@ -27,3 +27,15 @@ def real_pair():
         if os.environ.get("SPECGUARD_SKIP_REAL") == "1":
             pytest.skip(f"real pair skipped: {exc}")
         pytest.fail(f"{exc} (or set SPECGUARD_SKIP_REAL=1)")
+
+
+@pytest.fixture
+def model_args(tmp_path, tiny):
+    """The tiny pair saved as model dirs, as the CLI's --draft/--target/--embedder options."""
+    root = tmp_path / "models"
+    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
+        lm.model.save_pretrained(root / name)
+        lm.tokenizer.save_pretrained(root / name)
+    tiny.embedder.model.save(str(root / "embedder"))
+    return ["--draft", str(root / "draft"), "--target", str(root / "target"),
+            "--embedder", str(root / "embedder")]  # fmt: skip

@@ -14,18 +14,6 @@ from specguard_graph.cli import app
 from specguard_graph.errors import ConfigError
 
 
-@pytest.fixture
-def model_args(tmp_path, tiny):
-    """The tiny pair saved as model dirs, as the CLI's --draft/--target/--embedder options."""
-    root = tmp_path / "models"
-    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
-        lm.model.save_pretrained(root / name)
-        lm.tokenizer.save_pretrained(root / name)
-    tiny.embedder.model.save(str(root / "embedder"))
-    return ["--draft", str(root / "draft"), "--target", str(root / "target"),
-            "--embedder", str(root / "embedder")]  # fmt: skip
-
-
 def test_grading_uses_math_equivalence():
     assert grade("7", "7") and grade("7.0", "7") and grade(r"\frac{20}{2}", "10")
     assert grade("1,000", "1000") and not grade("8", "7")

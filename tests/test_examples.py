@@ -60,7 +60,8 @@ def test_tool_agent_executes_accepted_calls_with_toolnode(tiny):
         return [StepOutput(text=script[prompt.count("Observation:")], token_logprobs=[-0.1])] * n
 
     draft = CallableStepModel(draft_fn, has_logprobs=True)
-    cfg = SpecGuardConfig(k=1, beta=1.0, tau=0.5, max_step_tokens=24)
+    # a callable's tokens are characters: the longest call is 45, so steps are not cut
+    cfg = SpecGuardConfig(k=1, beta=1.0, tau=0.5, max_step_tokens=64)
     agent = tool_agent.build_tool_agent(draft, tiny.target, None, cfg)
     out = agent.invoke({"task": "(17 + 25) * 3?", "messages": [HumanMessage("(17+25)*3?")]})
     assert out["answer"] == "126" and out["status"] == "final"

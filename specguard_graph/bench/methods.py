@@ -112,6 +112,10 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int) -> So
     return solve
 
 
+# what a bench record keeps of each step: enough to label steps and study the signals offline
+STEP_RECORD = ("index", "text", "source", "accepted", "cut", "ended", "grounding", "logprob",
+               "score", "reason", "tokens", "time_s", "spent", "fed", "selected", "draft_text",
+               "candidate_signals")  # fmt: skip
 _GRAPHS: dict[tuple[int, int, int, str], Any] = {}  # one compiled graph per build-time config
 
 
@@ -138,6 +142,7 @@ def specguard(draft, target, embedder, config: SpecGuardConfig) -> Solve:
             "target_tokens": out["counts"].get("target_tokens", 0),
             "verify_s": out["timing"].get("verify_s", 0.0),
             "scores": [s["score"] for s in steps],
+            "step_records": [{k: s.get(k) for k in STEP_RECORD} for s in steps],
         }  # fmt: skip
 
     return solve

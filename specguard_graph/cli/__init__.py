@@ -9,6 +9,7 @@ import typer
 
 from .bench import bench, calibrate
 from .common import OneLineErrors
+from .evidence import evidence
 from .models import models_app
 from .solve import solve
 
@@ -16,6 +17,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, cls=
 app.command()(solve)
 app.command()(bench)
 app.command()(calibrate)
+app.command()(evidence)
 app.add_typer(models_app, name="models")
 
 

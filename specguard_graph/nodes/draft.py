@@ -21,6 +21,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
     if not widen:
         session.counters_at_step = session.counters()
         session.step_started = t0
+        session.spent = {}
     # adaptive: one candidate first; the other k - 1 only if decide asks to widen
     n = cfg.k - 1 if widen else (1 if cfg.adaptive_band is not None else cfg.k)
     capture = (
@@ -45,11 +46,14 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
         for c in sample.candidates
     ]  # fmt: skip
     elapsed = time.perf_counter() - t0
+    session.spent["draft_s"] = session.spent.get("draft_s", 0.0) + elapsed
     emit("draft", step=index, candidates=[c["text"] for c in candidates], time_s=elapsed)
     update: Update = {
         "run_id": session.run_id,
         "candidates": candidates,
         "grounding": None,
+        "candidate_grounding": None,
+        "votes": None,
         "logprob": None,
         "grounding_error": None,
         "logprob_error": None,

@@ -5,10 +5,20 @@ from __future__ import annotations
 from langgraph.runtime import Runtime
 
 from ..context import RunContext
+from ..models import Sample
 from ..scoring import grounding_score
 from ..state import SpecGuardState
 from .common import Deps, Update, emit, step_index, timed
 from .signals import captured_sample, missing, scored_signals
+
+
+def _grounding(sample: Sample, row: int, sparsify: float) -> float | None:
+    try:
+        if not sample.candidates[row].n_scored:
+            return None
+        return grounding_score(sample.attentions(row), sample.prefix_len, sparsify=sparsify)[0]
+    except ValueError:
+        return None
 
 
 @timed("verify_s")
@@ -31,5 +41,10 @@ def score_grounding(state: SpecGuardState, runtime: Runtime[RunContext], *, deps
             update.update(grounding=g, grounding_tokens=per_token, grounding_error=None)
     except (ValueError, NotImplementedError) as exc:
         update["grounding_error"] = f"grounding unavailable: {exc}"
+    if sample is not None and len(sample.candidates) > 1:  # evidence: every candidate's ABGV
+        update["candidate_grounding"] = [
+            update["grounding"] if i == sel else _grounding(sample, i, cfg.sparsify)
+            for i in range(len(sample.candidates))
+        ]
     emit("grounding", step=step_index(state), grounding=update["grounding"])
     return update

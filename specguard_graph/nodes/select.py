@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
-from ..scoring import select_medoid
+from ..scoring import consistency
 from ..state import SpecGuardState
 from .common import Deps, Update, emit, step_index, timed
 
@@ -12,10 +12,12 @@ from .common import Deps, Update, emit, step_index, timed
 def select_consistent(state: SpecGuardState, *, deps: Deps) -> Update:
     texts = [c["text"] for c in state["candidates"]]
     if len(texts) == 1:
-        selected = 0
+        votes = [1.0]
     else:
         if deps.embedder is None:
             raise ConfigError("k > 1 needs an embedder for the consistency vote (or set k=1)")
-        selected = select_medoid(deps.embedder.embed(texts))
+        votes = consistency(deps.embedder.embed(texts)).tolist()
+    # the medoid; exact ties (identical candidates) go to the lowest index, float noise included
+    selected = next(i for i, v in enumerate(votes) if v >= max(votes) - 1e-12)
     emit("select", step=step_index(state), selected=selected, text=texts[selected])
-    return {"selected": selected}
+    return {"selected": selected, "votes": votes}

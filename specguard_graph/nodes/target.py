@@ -34,6 +34,7 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
         sep = separator(deps.spec.delimiter, cand.ended)
         deps.draft.append_text(session.draft, cand.text + sep)
     elapsed = time.perf_counter() - t0
+    session.spent["target_s"] = elapsed
     update = finish_step(deps, runtime, state, session, text=cand.text, source="target",
                          ended=cand.ended, tokens=len(cand.token_ids))  # fmt: skip
     update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})

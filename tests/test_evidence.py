@@ -1,0 +1,109 @@
+"""Evidence: step labels from text (known answers), AUROC (known values), and the command
+on bench records written by tiny models."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from specguard_graph.cli import app
+from specguard_graph.evidence.labels import (
+    arithmetic,
+    contains_code,
+    equations,
+    evaluate,
+    fabricated_output,
+)
+from specguard_graph.evidence.stats import auroc, bootstrap, roc
+
+
+@pytest.mark.parametrize(
+    "text, verdict",
+    [
+        ("She sold 48 / 2 = 24 clips in May.", True),
+        ("She sold 48 / 2 = 25 clips in May.", False),
+        (r"That is $3 \times 4 = 12$ apples.", True),
+        (r"\frac{10}{4} = 2.5", True),
+        (r"\( 12 \div 4 = 3 \)", True),
+        ("1,200 + 300 = 1,500 dollars", True),
+        ("1,200 + 300 = 1,600 dollars", False),
+        ("50% * 80 = 40", True),
+        ("10 / 3 = 3.33 hours", True),  # rounded to the digits written
+        ("10 / 3 = 3.4 hours", False),
+        ("2^10 = 1024", True),
+        ("So 5 * 6 = 30 and 30 + 2 = 33.", False),  # the second one is wrong
+        ("Let x = 5 be the number of apples.", None),  # no computation stated
+        ("The answer is \\boxed{72}.", None),
+    ],
+)
+def test_arithmetic_labels(text, verdict):
+    assert arithmetic(text) is verdict, equations(text)
+
+
+def test_the_parser_evaluates_arithmetic_only():
+    assert evaluate("(1 + 2) * 3 - 4 / 2") == 7.0
+    assert evaluate("__import__('os').getcwd()") is None
+    assert evaluate("2 ** 100000") is None and evaluate("1 / 0") is None
+    assert evaluate("abs(-3)") is None
+
+
+def test_fabricated_output_and_code():
+    step = "```python\nprint(48 + 24)\n```\n```output\n72\n```"
+    assert fabricated_output(step) and contains_code(step)
+    assert fabricated_output("Output:\n72") and not fabricated_output("The output is 72.")
+    assert not contains_code("48 + 24 = 72")
+
+
+def test_auroc_known_values():
+    assert auroc([3, 2, 1, 0], [True, True, False, False]) == 1.0
+    assert auroc([0, 1, 2, 3], [True, True, False, False]) == 0.0
+    assert auroc([1, 1, 1, 1], [True, False, True, False]) == 0.5
+    assert auroc([0.9, 0.2, 0.6, 0.4], [True, False, False, True]) == 0.75
+    assert auroc([1.0, 2.0], [True, True]) is None
+    groups = [[(0.9, True), (0.1, False)], [(0.8, True), (0.3, False)], [(0.4, True), (0.6, False)]]
+    lo, hi = bootstrap(groups, draws=400)
+    a = auroc([s for g in groups for s, _ in g], [y for g in groups for _, y in g])
+    assert 0.0 <= lo <= a <= hi <= 1.0
+    fpr, tpr = roc([3, 2, 1, 0], [True, True, False, False])
+    assert fpr[0] == tpr[0] == 0 and fpr[-1] == tpr[-1] == 1 and tpr[2] == 1 and fpr[2] == 0
+
+
+def test_bench_records_keep_each_step_and_evidence_reads_them(tmp_path, model_args):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(
+        json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
+        for i in range(3)
+    ))  # fmt: skip
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"k": 3, "max_steps": 3, "max_step_tokens": 8, "tau": 0.5}))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["bench", "--data", str(data), "--out", str(out), "--config",
+                                   str(cfg), "--max-tokens", "24", "--methods", "specguard",
+                                   *model_args])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    records = [json.loads(x) for x in (out / "specguard.jsonl").open()]
+    for rec in records:
+        assert len(rec["step_records"]) == rec["steps"]
+        for s in rec["step_records"]:
+            assert set(s["spent"]) == {"draft_s", "verify_s", "target_s"}
+            assert abs(sum(s["spent"].values()) - s["time_s"]) < 1e-6
+            cands = s["candidate_signals"]
+            assert len(cands) == 3 and all(c["vote"] is not None for c in cands)
+            chosen = cands[s["selected"]]
+            assert chosen["grounding"] == s["grounding"] and chosen["logprob"] == s["logprob"]
+            assert chosen["vote"] == max(c["vote"] for c in cands)
+            assert all(c["grounding"] is not None for c in cands if c["tokens"] > 1)
+    res = CliRunner().invoke(app, ["evidence", str(out), "--draws", "200"])
+    assert res.exit_code == 0, res.output
+    md = (out / "evidence.md").read_text()
+    steps = sum(r["steps"] for r in records)
+    assert f"{steps} scored draft steps from 3 (method, problem) runs" in md
+    for row in ("grounding (ABGV)", "log-prob (LPBV, min)", "vote share", "score (β-mix)"):
+        assert f"| {row} |" in md
+    assert (out / "evidence_roc.png").exists()
+
+
+def test_evidence_without_step_records_is_one_line(tmp_path):
+    (tmp_path / "target.jsonl").write_text('{"id": "1", "answer": "2", "correct": true}\n')
+    res = CliRunner().invoke(app, ["evidence", str(tmp_path)])
+    assert res.exit_code == 2 and "no step records" in res.stderr
