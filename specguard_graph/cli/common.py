@@ -63,6 +63,12 @@ class Dtype(StrEnum):
 
 DraftPath = Annotated[str | None, typer.Option("--draft", help="draft model dir or .gguf")]
 TargetPath = Annotated[str | None, typer.Option("--target", help="target model dir or .gguf")]
+DraftModel = Annotated[
+    str | None, typer.Option("--draft-model", help="served draft's model name (default: listed)")
+]
+TargetModel = Annotated[
+    str | None, typer.Option("--target-model", help="served target's model name (default: listed)")
+]
 EmbedderPath = Annotated[str | None, typer.Option("--embedder", help="sentence-transformers dir")]
 QuantizeOpt = Annotated[
     Quantize,
@@ -91,8 +97,10 @@ def _quiet_hf() -> None:
 
 
 def load_models(paths: tuple[str | None, str | None, str | None], *, quantize: Quantize,
-                need_embedder: bool, device: str = "auto", dtype: str = "auto"):  # fmt: skip
-    """Draft, target and (when the vote needs it) embedder, loaded once per process."""
+                need_embedder: bool, device: str = "auto", dtype: str = "auto",
+                names: tuple[str | None, str | None] = (None, None)):  # fmt: skip
+    """Draft, target and (when the vote needs it) embedder, loaded once per process; a path
+    that is an http(s) URL ending in /v1 is a served model (`names`: its model names)."""
     from ..models.loading import load_embedder, load_lm
 
     if not isinstance(quantize, Quantize):
@@ -101,7 +109,7 @@ def load_models(paths: tuple[str | None, str | None, str | None], *, quantize: Q
     draft, target, embedder = paths
     with err.status("loading models (once per process)…"):
         q = quantize.value
-        d = load_lm("draft", draft, device=device, dtype=dtype, quantize=q)  # type: ignore[arg-type]
-        t = load_lm("target", target, device=device, dtype=dtype, quantize=q)  # type: ignore[arg-type]
+        d = load_lm("draft", draft, device=device, dtype=dtype, quantize=q, model=names[0])  # type: ignore[arg-type]
+        t = load_lm("target", target, device=device, dtype=dtype, quantize=q, model=names[1])  # type: ignore[arg-type]
         e = load_embedder(embedder) if need_embedder else None
     return d, t, e

@@ -15,11 +15,13 @@ from ..errors import InputError, SpecGuardError
 from ..results import ResultLog
 from ..runtime import validate_question
 from .common import (
+    DraftModel,
     DraftPath,
     Dtype,
     EmbedderPath,
     Quantize,
     QuantizeOpt,
+    TargetModel,
     TargetPath,
     err,
     fail,
@@ -67,6 +69,8 @@ def solve(
     draft: DraftPath = None,
     target: TargetPath = None,
     embedder: EmbedderPath = None,
+    draft_model: DraftModel = None,
+    target_model: TargetModel = None,
     k: Annotated[int | None, typer.Option(help="draft candidates per step")] = None,
     tau: Annotated[float | None, typer.Option(help="accept threshold in [0, 1]")] = None,
     beta: Annotated[float | None, typer.Option(help="log-prob weight in [0, 1]")] = None,
@@ -106,7 +110,8 @@ def solve(
             err.print(f"resuming: {len(todo_all) - len(todo)} already in {out_file}")
         if not todo:
             return
-        graph = _graph((draft, target, embedder), cfg, spec, device, dtype, quantize)
+        graph = _graph((draft, target, embedder), cfg, spec, device, dtype, quantize,
+                       (draft_model, target_model))  # fmt: skip
         for i, q in todo:
             trace = _run_one(graph, q, as_json=as_json or file is not None)
             if log:
@@ -117,15 +122,16 @@ def solve(
         raise fail("interrupted", 130) from None
 
 
-def _graph(paths, cfg, spec, device, dtype, quantize):  # type: ignore[no-untyped-def]
+def _graph(paths, cfg, spec, device, dtype, quantize, names):  # type: ignore[no-untyped-def]
     from ..graph import build_graph
+    from ..models import shared_vocab
 
     d, t, e = load_models(paths, quantize=quantize, need_embedder=cfg.k > 1,
-                          device=device, dtype=dtype.value)  # fmt: skip
-    if d.tokenizer.get_vocab() != t.tokenizer.get_vocab():
+                          device=device, dtype=dtype.value, names=names)  # fmt: skip
+    if not shared_vocab(d, t):
         err.print(
-            "[yellow]warning:[/] draft and target tokenizers differ: step-level decoding "
-            "works (steps pass as text), but the token-level SD baseline cannot run"
+            "[yellow]note:[/] draft and target share no vocabulary (different tokenizers or a "
+            "served model): steps pass between them as text"
         )
     return build_graph(d, t, embedder=e, steps=spec, config=cfg).compile()
 

@@ -93,11 +93,9 @@ class CallableStepModel:
         capture_layers: frozenset[int] | None = None,
         fork: bool = True,
     ) -> Sample:
-        outs = list(
-            self.fn(
-                self.decode(pc.ids), n, delimiter=delimiter, max_new_tokens=max_new_tokens,
-                temperature=temperature, seed=seed,
-            )
+        outs = self._write(
+            self.decode(pc.ids), n, delimiter=delimiter, max_new_tokens=max_new_tokens,
+            temperature=temperature, top_p=top_p, seed=seed,
         )  # fmt: skip
         if len(outs) != n:
             raise ValueError(f"{self.name} returned {len(outs)} steps, {n} were asked for")
@@ -108,6 +106,10 @@ class CallableStepModel:
             attentions.append([torch.as_tensor(a, dtype=torch.float32) for a in o.attentions or []])
         prefix = next((o.prefix_len for o in steps if o.prefix_len is not None), len(pc.ids))
         return Sample(candidates, prefix, None, [], None, precomputed=attentions)
+
+    def _write(self, prompt: str, n: int, *, top_p: float, **kw: Any) -> list[StepOutput | str]:
+        """The n steps after `prompt`: the user's function (which takes no top_p)."""
+        return list(self.fn(prompt, n, **kw))
 
     def _candidate(self, o: StepOutput, delimiter: str, max_new_tokens: int) -> Candidate:
         """A returned step as a candidate: cut at the delimiter, and at `max_new_tokens`

@@ -14,6 +14,7 @@ from .embedder import SentenceEmbedder
 from .hf import LocalCausalLM
 from .numerics import Quantize
 from .registry import DEFAULTS, model_dir
+from .served import ServedStepModel, is_served
 
 # named CPU options as `load_lm` keywords: what the benchmarks compare side by side
 OPTIONS: dict[str, dict[str, str]] = {
@@ -127,10 +128,15 @@ def load_lm(
     dtype: str | None = None,
     quantize: Quantize = "auto",
     threads: int | None = None,
-) -> LocalCausalLM:
+    model: str | None = None,
+) -> LocalCausalLM | ServedStepModel:
     """Load a draft or target. On CPU the default is weight-only int8 on float32 (`numerics`):
     it computes the same model whatever the batch, top-1 within 1 % of float32; CUDA gets
-    bfloat16."""
+    bfloat16. An http(s) base URL ending in /v1 is a served model (`served.py`); its name is
+    `model`, $SPECGUARD_<ROLE>_MODEL, or the first the server lists."""
+    if is_served(path):
+        name = model or os.environ.get(f"SPECGUARD_{role.upper()}_MODEL") or None
+        return ServedStepModel(str(path), model=name)
     dev = pick_device(device)
     if (n := pick_threads(threads)) is not None:
         torch.set_num_threads(n)

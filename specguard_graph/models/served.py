@@ -1,0 +1,169 @@
+"""A draft or target served behind an OpenAI-compatible completions endpoint: vLLM, SGLang or
+llama.cpp's server (`xllamacpp`). The graph's workers then hold no weights.
+
+The context passes as text (the rendered prompt plus the accepted steps), k candidates come
+from one request (`n = k`, `stop = [delimiter]`), with each token's log-probability. Engines
+return no attention, so the signal is the log-prob one (`beta = 1`), or a local scorer's.
+Which engine gives what: docs/design.md, "Served models".
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import InputError, ModelLoadError
+from ..steps import separator
+from .base import Candidate
+from .callable import CallableStepModel, StepOutput
+
+SERVED_PREFIXES = ("http://", "https://")
+
+
+def is_served(path: object) -> bool:
+    """The model-path contract: an http(s) base URL ending in /v1 means a served model."""
+    return (
+        isinstance(path, str)
+        and path.startswith(SERVED_PREFIXES)
+        and (path.rstrip("/").endswith("/v1"))
+    )
+
+
+def _token_logprobs(logprobs: Any) -> list[float] | None:
+    """Classic completions log-probs (vLLM, SGLang: `token_logprobs`) or llama.cpp's
+    chat-style `content` list."""
+    if logprobs is None:
+        return None
+    data = logprobs if isinstance(logprobs, dict) else logprobs.model_dump()
+    if data.get("token_logprobs") is not None:
+        return [float(x) for x in data["token_logprobs"] if x is not None]
+    if data.get("content") is not None:
+        return [float(t["logprob"]) for t in data["content"]]
+    return None
+
+
+class ServerTemplate:
+    """The chat template a server publishes (llama.cpp's /props), rendered with jinja2 the way
+    transformers renders one, so prompts match the local model's."""
+
+    def __init__(self, template: str, bos: str = "", eos: str = ""):
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        self.chat_template = template
+        self._template: jinja2.Template = env.from_string(template)
+        self.bos_token, self.eos_token = bos, eos
+
+    def apply_chat_template(self, messages: list[dict[str, str]], *, tokenize: bool = False,
+                            add_generation_prompt: bool = True, **kw: Any) -> str:  # fmt: skip
+        return self._template.render(
+            messages=messages, add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token, eos_token=self.eos_token,
+        )  # fmt: skip
+
+
+def _raise(message: str) -> None:
+    raise InputError(f"chat template: {message}")
+
+
+def server_template(base_url: str, timeout: float = 10.0) -> ServerTemplate | None:
+    """llama.cpp's published chat template, if the server has one (vLLM and SGLang do not
+    publish it on a completions route: pass `tokenizer=` instead)."""
+    import httpx
+
+    try:
+        props = httpx.get(base_url.rstrip("/").removesuffix("/v1") + "/props", timeout=timeout)
+        data = props.json() if props.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return None
+    template = data.get("chat_template") if isinstance(data, dict) else None
+    if not template:
+        return None
+    return ServerTemplate(template, data.get("bos_token") or "", data.get("eos_token") or "")
+
+
+class ServedStepModel(CallableStepModel):
+    """Steps from a served model. `model` defaults to the first id in the server's /v1/models;
+    the API key comes from `api_key`, OPENAI_API_KEY or SPECGUARD_API_KEY."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        tokenizer: Any = None,
+        timeout: float = 300.0,
+        retries: int = 2,
+    ):
+        import openai
+
+        key = api_key or os.environ.get("SPECGUARD_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.base_url = base_url.rstrip("/")
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=key or "none",
+                                    timeout=timeout, max_retries=retries)  # fmt: skip
+        self.model = model or self._served_model()
+        super().__init__(self._never, name=f"{self.model} @ {self.base_url}", has_logprobs=True,
+                         has_attentions=False,
+                         tokenizer=tokenizer or server_template(self.base_url))  # fmt: skip
+
+    @staticmethod
+    def _never(*args: Any, **kw: Any) -> list[str]:  # pragma: no cover - `_write` replaces it
+        raise NotImplementedError
+
+    def _served_model(self) -> str:
+        ids = [m.id for m in self._call(self.client.models.list).data]
+        if not ids:
+            raise ModelLoadError(f"{self.base_url} serves no model: pass its name")
+        return ids[0]
+
+    def _call(self, fn: Any, **kw: Any) -> Any:
+        """One request, its failures as one-line errors (retries and backoff: the client's)."""
+        import openai
+
+        where = f"{self.base_url}"
+        try:
+            return fn(**kw)
+        except openai.APITimeoutError:
+            raise ModelLoadError(f"{where}: the server did not answer in time") from None
+        except openai.APIConnectionError:
+            raise ModelLoadError(f"{where}: cannot reach the server") from None
+        except openai.NotFoundError:
+            raise ModelLoadError(
+                f"{where}: no model {kw.get('model')!r} (or no such route)"
+            ) from None
+        except openai.BadRequestError as exc:
+            raise InputError(f"{where}: the server refused the request: {_brief(exc)}") from None
+        except openai.APIStatusError as exc:
+            raise ModelLoadError(f"{where}: HTTP {exc.status_code}: {_brief(exc)}") from None
+
+    def _write(self, prompt: str, n: int, *, delimiter: str, max_new_tokens: int,
+               temperature: float, top_p: float, seed: int) -> list[StepOutput | str]:  # fmt: skip
+        r = self._call(
+            self.client.completions.create, model=self.model, prompt=prompt, n=n,
+            stop=[delimiter], max_tokens=max_new_tokens, temperature=temperature,
+            top_p=top_p, seed=seed, logprobs=1,
+        )  # fmt: skip
+        out: list[StepOutput | str] = []
+        for choice in sorted(r.choices, key=lambda c: c.index):
+            lps = _token_logprobs(choice.logprobs)
+            if lps is None:
+                raise ModelLoadError(f"{self.name}: the response carries no log-probs")
+            # "stop" is the delimiter or EOS (engines do not say which); the spec's is_final
+            # still ends the answer on its own marker
+            ended = "length" if choice.finish_reason == "length" else "delimiter"
+            out.append(StepOutput(text=choice.text, token_logprobs=lps, ended=ended))
+        return out
+
+    def _candidate(self, o: StepOutput, delimiter: str, max_new_tokens: int) -> Candidate:
+        """The server already stopped at the delimiter or at `max_tokens` of its own tokens:
+        no character cut here (the context still passes as text)."""
+        lps = [float(x) for x in o.token_logprobs or []]
+        ids = self.encode(o.text + separator(delimiter, o.ended))
+        return Candidate(o.text, ids, lps, o.ended, scored=len(lps))
+
+
+def _brief(exc: Exception) -> str:
+    return " ".join(str(getattr(exc, "message", exc)).split())[:200]
