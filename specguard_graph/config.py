@@ -51,6 +51,11 @@ class SpecGuardConfig(BaseModel):
         description="draw one candidate first; draw the other k - 1 for the vote only when "
         "its score is within this distance of tau (None: always draw k at once)",
     )
+    reject_failed_programs: bool = Field(
+        True,
+        description="program steps: a draft step whose program raises, times out or prints "
+        "nothing (or that writes its own output) is recomputed by the target, whatever its score",
+    )
     interrupt_on_reject: bool = Field(
         False,
         description="pause on a rejected draft step; resume with accept, recompute or an edit",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
@@ -20,11 +21,13 @@ from .nodes.decide import decide
 from .nodes.draft import draft_k
 from .nodes.grounding import score_grounding
 from .nodes.logprob import score_logprob
+from .nodes.program import check_program, run_program
 from .nodes.select import select_consistent
 from .nodes.target import target_recompute
+from .program.executor import Observation, PythonExecutor
 from .runtime import SessionStore
 from .state import InputState, OutputState, SpecGuardState
-from .steps import ReasoningSteps, StepSpec
+from .steps import ReasoningSteps, StepSpec, history
 
 NODES = (
     "draft_k",
@@ -50,8 +53,17 @@ def route_after_decide(
     return "ask_person" if decision.get("ask") else "target_recompute"
 
 
-def route_after_step(state: SpecGuardState) -> Literal["draft_k", "__end__"]:
-    return END if state.get("status") else "draft_k"
+def route_after_step(
+    state: SpecGuardState, programs: StepSpec | None = None
+) -> Literal["draft_k", "run_program", "__end__"]:
+    if state.get("status"):
+        return END
+    steps = state.get("steps") or []
+    if programs is not None and steps and steps[-1].get("source") != "tool":
+        done = history(programs.delimiter, steps[:-1])
+        if programs.program(done, steps[-1]["text"]) is not None:  # type: ignore[attr-defined]
+            return "run_program"
+    return "draft_k"
 
 
 def route_after_ask(
@@ -78,11 +90,14 @@ def build_graph(
     embedder: SentenceEmbedder | None = None,
     steps: StepSpec | None = None,
     config: SpecGuardConfig | None = None,
+    executor: Callable[[str], Observation] | None = None,
 ) -> StateGraph:
     """The SpecGuard loop as an uncompiled StateGraph; compile it with your checkpointer.
 
     `config` is the default of every run; a run changes τ, β, k, the temperature or the step
-    limits through its context: `graph.invoke(inputs, context={"tau": 0.3})`."""
+    limits through its context: `graph.invoke(inputs, context={"tau": 0.3})`. With program
+    steps (`steps=ProgramSteps()`) the graph gains check_program and run_program, and
+    `executor` (default: a limited local `PythonExecutor`) runs the programs."""
     config = config or SpecGuardConfig()
     if not isinstance(config, SpecGuardConfig):
         raise ConfigError(f"config must be a SpecGuardConfig, got {type(config).__name__}")
@@ -94,9 +109,12 @@ def build_graph(
     _check_model("draft", draft)
     _check_model("target", target)
     check_models(draft, target, embedder, config)
+    programs = spec if callable(getattr(spec, "program", None)) else None
+    if programs is not None and executor is None:
+        executor = PythonExecutor()
     deps = Deps(draft=draft, target=target, embedder=embedder, spec=spec, config=config,
                 sessions=SessionStore(draft, target, spec),
-                shared_vocab=shared_vocab(draft, target))  # fmt: skip
+                shared_vocab=shared_vocab(draft, target), executor=executor)  # fmt: skip
     g = StateGraph(
         SpecGuardState, context_schema=RunContext, input_schema=InputState,
         output_schema=OutputState,
@@ -108,9 +126,19 @@ def build_graph(
     g.add_edge("draft_k", "select_consistent")
     g.add_edge("select_consistent", "score_grounding")
     g.add_edge("select_consistent", "score_logprob")
-    g.add_edge(["score_grounding", "score_logprob"], "decide")
+    verifiers = ["score_grounding", "score_logprob"]
+    after_step = partial(route_after_step, programs=programs)
+    if programs is not None:
+        g.add_node("check_program", partial(check_program, deps=deps))
+        g.add_node("run_program", partial(run_program, deps=deps))
+        g.add_edge("select_consistent", "check_program")
+        g.add_conditional_edges("run_program", route_after_step)
+        verifiers.append("check_program")
+    g.add_edge(verifiers, "decide")
     g.add_conditional_edges("decide", route_after_decide)
     g.add_conditional_edges("ask_person", route_after_ask)
-    g.add_conditional_edges("commit_step", route_after_step)
-    g.add_conditional_edges("target_recompute", route_after_step)
+    g.add_conditional_edges("commit_step", after_step, ["draft_k", "run_program", END]
+                            if programs is not None else ["draft_k", END])  # fmt: skip
+    g.add_conditional_edges("target_recompute", after_step, ["draft_k", "run_program", END]
+                            if programs is not None else ["draft_k", END])  # fmt: skip
     return g

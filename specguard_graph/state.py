@@ -32,7 +32,7 @@ class StepRecord(TypedDict, total=False):
 
     index: int
     text: str
-    source: Literal["draft", "target", "human"]
+    source: Literal["draft", "target", "human", "tool"]
     grounding: float | None
     logprob: float | None
     score: float | None
@@ -48,6 +48,7 @@ class StepRecord(TypedDict, total=False):
     time_s: float
     spent: dict[str, float]  # seconds this step spent drafting, verifying, in the target
     candidate_signals: list[dict[str, Any]]  # per candidate: grounding, log-probs, vote
+    observation: dict[str, Any]  # a `tool` step: the program's real stdout, error, status, time
 
 
 class Decision(TypedDict, total=False):
@@ -88,3 +89,4 @@ class SpecGuardState(InputState, OutputState, total=False):
     grounding_error: str | None
     logprob_error: str | None
     decision: Decision
+    program: dict[str, Any] | None  # check_program: the candidate's program and its run

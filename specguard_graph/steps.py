@@ -164,8 +164,39 @@ class ToolCallSteps:
         return None
 
 
+PROGRAM_SYSTEM_PROMPT = (
+    "Please reason step by step, separating steps with a blank line. You may write Python in a "
+    "```python block that prints what you need: it is run for you, and its real output follows "
+    "in an ```output block. Put your final answer within \\boxed{}."
+)
+_PYTHON_BLOCK = re.compile(r"```python[^\n]*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ProgramSteps(ReasoningSteps):
+    """Program-aided reasoning: a step that closes a ```python block has that block run for
+    real (`program/`), and the real output, never one the model writes, follows it."""
+
+    system_prompt: str = PROGRAM_SYSTEM_PROMPT
+    name: str = "program"
+
+    def program(self, done: str, step: str) -> str | None:
+        """The Python block this step closes, given the response so far (None: it closes none)."""
+        found = None
+        for m in _PYTHON_BLOCK.finditer(done + step):
+            if m.end() > len(done):
+                found = m.group(1)
+        return found
+
+    @staticmethod
+    def fabricated(step: str) -> bool:
+        """The step writes a program's output itself."""
+        return "```output" in step
+
+
 STEP_SPECS: dict[str, StepSpec] = {
     "reasoning": ReasoningSteps(),
+    "program": ProgramSteps(),
     "plan": PlanSteps(),
     "tool_call": ToolCallSteps(),
 }

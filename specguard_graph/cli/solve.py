@@ -34,6 +34,7 @@ from .live import LiveView
 
 class Steps(StrEnum):
     reasoning = "reasoning"
+    program = "program"
     plan = "plan"
     tool_call = "tool_call"
 

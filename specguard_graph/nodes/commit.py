@@ -64,6 +64,12 @@ def finish_step(
         "counts": {"steps": 1, "target_steps": int(source == "target")},
     }
     emit("step", **record)
+    return end_if_done(deps, runtime, state, session, steps, update)
+
+
+def end_if_done(deps: Deps, runtime: Runtime[RunContext] | None, state: SpecGuardState,
+                session: RunSession, steps: list[Any], update: Update) -> Update:  # fmt: skip
+    """When the last step ends the run: the status, the full text and the answer."""
     status = _status(deps, runtime, steps)
     if status is not None:
         full = history(deps.spec.delimiter, steps)

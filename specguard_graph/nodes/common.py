@@ -33,6 +33,7 @@ class Deps:
     config: SpecGuardConfig  # the build-time default; a run's context may change it
     sessions: SessionStore
     shared_vocab: bool
+    executor: Callable[[str], Any] | None = None  # runs program steps (`ProgramSteps`)
 
     def run_config(self, runtime: Runtime[RunContext] | None) -> SpecGuardConfig:
         context = None if runtime is None else runtime.context

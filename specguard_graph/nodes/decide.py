@@ -47,6 +47,9 @@ def _decision(state: SpecGuardState, cfg: SpecGuardConfig) -> Decision:
 def decide(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
     cfg = deps.run_config(runtime)
     decision = _decision(state, cfg)
+    refused = (state.get("program") or {}).get("refused")
+    if refused and cfg.reject_failed_programs and decision["accepted"]:
+        decision.update(accepted=False, reason=refused)  # the score stays for the record
     if (
         cfg.adaptive_band is not None
         and cfg.k > 1

@@ -54,6 +54,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
         "grounding": None,
         "candidate_grounding": None,
         "votes": None,
+        "program": None,
         "logprob": None,
         "grounding_error": None,
         "logprob_error": None,

@@ -1,0 +1,71 @@
+"""Program steps (`ProgramSteps`): check_program runs the code a draft step closes, beside the
+two scorers, so a program that fails is a reason to recompute; run_program appends the real
+output after a committed step that closes a program (docs/design.md, "Program steps")."""
+
+from __future__ import annotations
+
+import time
+
+from langgraph.runtime import Runtime
+
+from ..context import RunContext
+from ..state import SpecGuardState, StepRecord
+from ..steps import history
+from .commit import end_if_done
+from .common import Deps, Update, emit, step_index, timed
+
+
+def _done(deps: Deps, state: SpecGuardState) -> str:
+    return history(deps.spec.delimiter, state.get("steps") or [])
+
+
+@timed("verify_s")
+def check_program(state: SpecGuardState, *, deps: Deps) -> Update:
+    """The selected candidate's program, run: its observation, or why it must not be accepted."""
+    cand = state["candidates"][state["selected"]]["text"]
+    if deps.spec.fabricated(cand):  # type: ignore[attr-defined]
+        program = {"code": None, "observation": None, "refused": "writes its own program output"}
+        emit("program", step=step_index(state), **program)
+        return {"program": program}
+    code = deps.spec.program(_done(deps, state), cand)  # type: ignore[attr-defined]
+    if code is None:
+        return {"program": None}
+    obs = deps.executor(code)
+    refused = None
+    if not obs.ok:
+        refused = f"program failed: {obs.error}"
+    elif not obs.stdout.strip():
+        refused = "program printed nothing"
+    program = {"code": code, "observation": obs.as_dict(), "refused": refused}
+    emit("program", step=step_index(state), **program)
+    return {"program": program}
+
+
+def run_program(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
+    """After a step that closes a program: its real output, as a `tool` step both models read."""
+    t0 = time.perf_counter()
+    steps = state.get("steps") or []
+    last = steps[-1]
+    code = deps.spec.program(history(deps.spec.delimiter, steps[:-1]), last["text"])  # type: ignore[attr-defined]
+    checked = state.get("program") or {}
+    if checked.get("code") == code and checked.get("observation") is not None:
+        obs = checked["observation"]  # the draft's program, run once already
+    else:
+        obs = deps.executor(code).as_dict()
+    shown = obs["stdout"].rstrip("\n") if obs["error"] is None else f"{obs['stdout']}{obs['error']}"
+    text = f"```output\n{shown.strip()}\n```"
+    session = deps.sessions.get(state)
+    piece = text + deps.spec.delimiter
+    deps.draft.append_text(session.draft, piece)
+    deps.target.append_text(session.target, piece)
+    session.n_steps = len(steps) + 1
+    record: StepRecord = {
+        "index": len(steps), "text": text, "source": "tool", "accepted": True,  # type: ignore[typeddict-item]
+        "ended": "delimiter", "cut": False, "tokens": len(deps.draft.encode(piece)),
+        "candidates": [], "grounding": None, "logprob": None, "score": None,
+        "observation": obs, "time_s": time.perf_counter() - t0,
+    }  # fmt: skip
+    emit("step", **record)
+    update: Update = {"steps": [record], "program": None, "counts": {"tool_steps": 1},
+                      "timing": {"tool_s": time.perf_counter() - t0}}  # fmt: skip
+    return end_if_done(deps, runtime, state, session, [*steps, record], update)

@@ -1,0 +1,114 @@
+"""Program steps: code a model writes is run for real in a limited process; its real output
+follows the step, and a program that fails (or an output the model wrote) is a reason to
+recompute."""
+
+import os
+
+import pytest
+
+from specguard_graph import CallableStepModel, SpecGuardConfig, StepOutput, build_graph
+from specguard_graph.program.executor import PythonExecutor
+from specguard_graph.steps import ProgramSteps
+
+Q = {"question": "Natalia sold 48 clips in April and half as many in May. How many in total?"}
+CODE = "```python\nprint(48 + 48 // 2)\n```"
+
+
+@pytest.fixture(scope="module")
+def run_code():
+    return PythonExecutor(timeout_s=3, cpu_s=3, memory_mb=256)
+
+
+def test_a_program_runs_and_prints(run_code):
+    obs = run_code("print(48 + 48 // 2)")
+    assert obs.ok and obs.stdout == "72\n" and obs.exit_status == 0 and obs.time_s < 3
+
+
+@pytest.mark.parametrize(
+    "code, error",
+    [
+        ("while True: pass", "timed out"),
+        ("import time; time.sleep(60)", "timed out"),
+        ("x = bytearray(2 * 1024**3)", "MemoryError"),
+        ("1 / 0", "ZeroDivisionError"),
+        ("open('big', 'w').write('x' * 10**8)", "File too large"),
+    ],
+)
+def test_what_goes_wrong_is_contained_and_reported(run_code, code, error):
+    obs = run_code(code)
+    assert not obs.ok and error in obs.error
+
+
+def test_huge_output_is_capped(run_code):
+    obs = run_code("while True: print('x' * 1000)")
+    assert obs.truncated and len(obs.stdout) <= run_code.output_chars
+
+
+def test_a_fork_bomb_is_contained(run_code):
+    code = ("import os\nfor _ in range(200):\n    try:\n        os.fork()\n"
+            "    except OSError:\n        break\n")  # fmt: skip
+    before = len(os.listdir("/proc"))
+    run_code(code)
+    assert len(os.listdir("/proc")) < before + 20  # the whole process group was killed
+
+
+def test_no_environment_and_no_writes_outside_its_directory(run_code, tmp_path):
+    os.environ["SPECGUARD_TEST_SECRET"] = "hunter2"
+    obs = run_code("import os; print(sorted(os.environ))")
+    assert "SPECGUARD_TEST_SECRET" not in obs.stdout and "hunter2" not in obs.stdout
+    target = tmp_path / "outside.txt"
+    obs = run_code(f"open({str(target)!r}, 'w').write('x')")
+    assert not target.exists() and not obs.ok
+    obs = run_code("import os; print(open(f'/proc/{os.getppid()}/environ').read())")
+    assert "hunter2" not in obs.stdout
+
+
+def scripted(*steps):
+    """A draft that writes `steps` in order (a step ending in a program counts as one)."""
+
+    def fn(prompt, n, **kw):
+        done = sum(prompt.count(s) for s in steps[:-1])
+        return [StepOutput(text=steps[min(done, len(steps) - 1)], token_logprobs=[-0.1])] * n
+
+    return CallableStepModel(fn, has_logprobs=True)
+
+
+def run(tiny, draft, **cfg):
+    base = dict(k=1, beta=1.0, tau=0.0, max_steps=5, max_step_tokens=64)
+    config = SpecGuardConfig(**{**base, **cfg})
+    return build_graph(draft, tiny.target, steps=ProgramSteps(), config=config).compile().invoke(Q)
+
+
+def test_the_real_output_follows_a_program_step(tiny):
+    out = run(tiny, scripted("Let me compute it.", CODE, "So she sold \\boxed{72} clips."))
+    sources = [s["source"] for s in out["steps"]]
+    assert sources == ["draft", "draft", "tool", "draft"] and out["answer"] == "72"
+    tool = out["steps"][2]
+    assert tool["text"] == "```output\n72\n```" and tool["observation"]["stdout"] == "72\n"
+    assert "```output\n72\n```" in out["text"] and out["counts"]["tool_steps"] == 1
+
+
+def test_a_failing_program_is_recomputed_whatever_its_score(tiny):
+    bad = "```python\nprint(48 / 0)\n```"
+    out = run(tiny, scripted(bad, "done \\boxed{1}"), max_steps=1)  # τ = 0 accepts any score
+    (step,) = out["steps"]
+    assert step["source"] == "target" and step["reason"].startswith("program failed")
+    assert "ZeroDivisionError" in step["reason"]
+    out = run(tiny, scripted(bad, "x"), max_steps=2, reject_failed_programs=False)
+    assert out["steps"][0]["source"] == "draft" and out["steps"][1]["source"] == "tool"
+    assert "ZeroDivisionError" in out["steps"][1]["text"]  # the real error is the observation
+
+
+def test_an_output_block_the_model_writes_is_never_accepted(tiny):
+    out = run(tiny, scripted("```output\n72\n```"), max_steps=1)
+    (step,) = out["steps"]
+    assert step["source"] == "target" and step["reason"] == "writes its own program output"
+
+
+def test_plain_specs_keep_the_plain_graph(tiny):
+    from specguard_graph import NODES
+
+    g = build_graph(tiny.draft, tiny.target, embedder=tiny.embedder)
+    assert set(g.nodes) == set(NODES)
+    g = build_graph(tiny.draft, tiny.target, embedder=tiny.embedder, steps=ProgramSteps())
+    assert set(g.nodes) == {*NODES, "check_program", "run_program"}
