@@ -20,7 +20,14 @@ if TYPE_CHECKING:
     from .models.callable import CallableStepModel, StepOutput
     from .models.embedder import SentenceEmbedder
     from .models.hf import LocalCausalLM
-    from .steps import PlanSteps, ReasoningSteps, StepSpec, ToolCallSteps, get_step_spec
+    from .steps import (
+        PlanSteps,
+        ProgramSteps,
+        ReasoningSteps,
+        StepSpec,
+        ToolCallSteps,
+        get_step_spec,
+    )
 
 _WHERE = {
     "SpecGuardConfig": ".config",
@@ -37,6 +44,7 @@ _WHERE = {
     "SentenceEmbedder": ".models.embedder",
     "LocalCausalLM": ".models.hf",
     "PlanSteps": ".steps",
+    "ProgramSteps": ".steps",
     "ReasoningSteps": ".steps",
     "StepSpec": ".steps",
     "ToolCallSteps": ".steps",
@@ -51,6 +59,7 @@ __all__ = [
     "LocalCausalLM",
     "ModelLoadError",
     "PlanSteps",
+    "ProgramSteps",
     "ReasoningSteps",
     "RunContext",
     "SentenceEmbedder",
