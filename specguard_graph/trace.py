@@ -12,6 +12,13 @@ TIMING_KEYS = ("total_s", "draft_s", "verify_s", "target_s")
 COUNT_KEYS = ("steps", "target_steps", "draft_tokens", "target_tokens")
 
 
+def _step(s: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: s.get(k) for k in STEP_KEYS}
+    if s.get("observation") is not None:  # a program step's real run (ProgramSteps)
+        out["observation"] = s["observation"]
+    return out
+
+
 def to_trace(result: Mapping[str, Any]) -> dict[str, Any]:
     """The contract's object from a graph result (plus `status`, so a cut run says so)."""
     timing = result.get("timing") or {}
@@ -21,7 +28,7 @@ def to_trace(result: Mapping[str, Any]) -> dict[str, Any]:
         "answer": result.get("answer"),
         "text": result.get("text", ""),
         "status": result.get("status"),
-        "steps": [{k: s.get(k) for k in STEP_KEYS} for s in result.get("steps") or []],
+        "steps": [_step(s) for s in result.get("steps") or []],
         "timing": {k: round(float(timing.get(k, 0.0)), 4) for k in TIMING_KEYS},
         "counts": {k: int(counts.get(k, 0)) for k in COUNT_KEYS},
     }

@@ -112,3 +112,15 @@ def test_plain_specs_keep_the_plain_graph(tiny):
     assert set(g.nodes) == set(NODES)
     g = build_graph(tiny.draft, tiny.target, embedder=tiny.embedder, steps=ProgramSteps())
     assert set(g.nodes) == {*NODES, "check_program", "run_program"}
+
+
+def test_bench_methods_with_program_steps(tiny):
+    from specguard_graph.bench.methods import make
+
+    draft = scripted("Let me compute it.", CODE, "So she sold \\boxed{72} clips.")
+    base = SpecGuardConfig(beta=1.0, max_step_tokens=64)
+    solve = make("draft-program", draft, tiny.target, None, base, 256)
+    out = solve(Q["question"])
+    assert out["answer"] == "72" and out["tool_steps"] == 1 and out["target_steps"] == 0
+    tool = next(s for s in out["step_records"] if s["source"] == "tool")
+    assert tool["observation"]["stdout"] == "72\n"

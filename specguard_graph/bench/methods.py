@@ -22,7 +22,7 @@ from ..context import RunContext
 from ..errors import ConfigError
 from ..graph import build_graph
 from ..models.hf import LocalCausalLM
-from ..steps import ReasoningSteps
+from ..steps import ProgramSteps, ReasoningSteps
 
 Solve = Callable[[str], dict[str, Any]]
 SPEC = ReasoningSteps()
@@ -37,6 +37,12 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "specguard-all-layers": {"grounding_layers": 256},
     "specguard-no-sparsify": {"sparsify": 0.0},
     "specguard-signal-target": {"signal_model": "target"},
+    # program steps (`ProgramSteps`): code the model writes is run, its real output follows
+    "specguard-program": {},
+    "specguard-greedy-program": {"k": 1, "temperature": 0.0},
+    # one model alone, greedy, step by step with program execution (its own steps accepted)
+    "target-program": {"k": 1, "temperature": 0.0, "tau": 0.0},
+    "draft-program": {"k": 1, "temperature": 0.0, "tau": 0.0},
 }
 PLAIN = ("target", "draft", "sd", "rsd")
 METHODS = (*PLAIN, *ABLATIONS)
@@ -115,17 +121,19 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int) -> So
 # what a bench record keeps of each step: enough to label steps and study the signals offline
 STEP_RECORD = ("index", "text", "source", "accepted", "cut", "ended", "grounding", "logprob",
                "score", "reason", "tokens", "time_s", "spent", "fed", "selected", "draft_text",
-               "candidate_signals")  # fmt: skip
+               "candidate_signals", "observation")  # fmt: skip
 _GRAPHS: dict[tuple[int, int, int, str], Any] = {}  # one compiled graph per build-time config
 
 
-def specguard(draft, target, embedder, config: SpecGuardConfig) -> Solve:
+def specguard(draft, target, embedder, config: SpecGuardConfig, steps=SPEC) -> Solve:
     """Methods that differ only in per-run settings (τ, k, β, temperature, limits) share one
     compiled graph and pass their settings as the run's context."""
     per_run = set(RunContext.model_fields)
-    key = (id(draft), id(target), id(embedder), config.model_dump_json(exclude=per_run))
+    key = (id(draft), id(target), id(embedder),
+           steps.name + config.model_dump_json(exclude=per_run))  # fmt: skip
     if key not in _GRAPHS:
-        _GRAPHS[key] = build_graph(draft, target, embedder=embedder, config=config).compile()
+        _GRAPHS[key] = build_graph(draft, target, embedder=embedder, steps=steps,
+                                   config=config).compile()  # fmt: skip
     graph = _GRAPHS[key]
     context = {name: getattr(config, name) for name in per_run}
 
@@ -138,6 +146,7 @@ def specguard(draft, target, embedder, config: SpecGuardConfig) -> Solve:
             "latency_s": time.perf_counter() - t0,
             "steps": len(steps),
             "target_steps": sum(s["source"] == "target" for s in steps),
+            "tool_steps": sum(s["source"] == "tool" for s in steps),
             "draft_tokens": out["counts"].get("draft_tokens", 0),
             "target_tokens": out["counts"].get("target_tokens", 0),
             "verify_s": out["timing"].get("verify_s", 0.0),
@@ -161,4 +170,10 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
         return rsd(draft, target, max_step_tokens=base.max_step_tokens, max_tokens=max_tokens)
     method, overrides = parse(name)  # raises for an unknown name
     changes = {"max_total_tokens": max_tokens, **ABLATIONS[method], **overrides}
-    return specguard(draft, target, embedder, base.replace(**changes))
+    config = base.replace(**changes)
+    if not method.endswith("-program"):
+        return specguard(draft, target, embedder, config)
+    alone = {"target-program": target, "draft-program": draft}.get(method)
+    if alone is not None:  # the one model drafts and "verifies" itself: every step its own
+        return specguard(alone, alone, None, config, ProgramSteps())
+    return specguard(draft, target, embedder, config, ProgramSteps())
