@@ -20,11 +20,12 @@ def add_numbers(left: dict[str, float] | None, right: dict[str, float] | None) -
     return out
 
 
-class CandidateRecord(TypedDict):
+class CandidateRecord(TypedDict, total=False):
     text: str
     tokens: int
     ended: Literal["delimiter", "eos", "length"]
     token_logprobs: list[float]
+    pieces: list[str] | None  # each token's text, where the backend has tokens (for the view)
 
 
 class StepRecord(TypedDict, total=False):
@@ -48,6 +49,8 @@ class StepRecord(TypedDict, total=False):
     time_s: float
     spent: dict[str, float]  # seconds this step spent drafting, verifying, in the target
     candidate_signals: list[dict[str, Any]]  # per candidate: grounding, log-probs, vote
+    tau: float  # the threshold this step was decided against
+    detail: dict[str, Any]  # the scored candidate per token: pieces, log-probs, grounding mass
     observation: dict[str, Any]  # a `tool` step: the program's real stdout, error, status, time
 
 
@@ -84,7 +87,7 @@ class SpecGuardState(InputState, OutputState, total=False):
     votes: list[float]  # each candidate's mean cosine similarity to the others
     candidate_grounding: list[float | None]  # each candidate's ABGV, where it was captured
     grounding: float | None
-    grounding_tokens: list[float]
+    grounding_tokens: list[float] | None
     logprob: float | None
     grounding_error: str | None
     logprob_error: str | None

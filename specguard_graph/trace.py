@@ -8,6 +8,8 @@ from typing import Any
 STEP_KEYS = (
     "index", "text", "source", "grounding", "logprob", "score", "accepted", "candidates", "cut",
 )  # fmt: skip
+DETAIL_KEYS = ("reason", "draft_text", "selected", "candidate_signals", "detail", "spent",
+               "time_s", "tau")  # fmt: skip
 TIMING_KEYS = ("total_s", "draft_s", "verify_s", "target_s")
 COUNT_KEYS = ("steps", "target_steps", "draft_tokens", "target_tokens")
 
@@ -30,5 +32,7 @@ def to_trace(result: Mapping[str, Any]) -> dict[str, Any]:
         "status": result.get("status"),
         "steps": [_step(s) for s in result.get("steps") or []],
         "timing": {k: round(float(timing.get(k, 0.0)), 4) for k in TIMING_KEYS},
+        # what the run view needs beyond the contract: per step, why and per token
+        "detail": [{k: s.get(k) for k in DETAIL_KEYS} for s in result.get("steps") or []],
         "counts": {k: int(counts.get(k, 0)) for k in COUNT_KEYS},
     }

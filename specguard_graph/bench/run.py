@@ -39,9 +39,8 @@ def run(
             if p["id"] in done[method]:
                 continue
             result = solve(p["question"])
-            result.update(
-                id=p["id"], gold=p["answer"], correct=grade(result["answer"], p["answer"])
-            )
+            result.update(id=p["id"], question=p["question"], gold=p["answer"],
+                          correct=grade(result["answer"], p["answer"]))  # fmt: skip
             logs[method].append(result)
             done[method][p["id"]] = result
             progress(method, sum(q["id"] in done[method] for q in problems), len(problems))

@@ -12,12 +12,14 @@ from .common import OneLineErrors
 from .evidence import evidence
 from .models import models_app
 from .solve import solve
+from .view import view
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, cls=OneLineErrors)
 app.command()(solve)
 app.command()(bench)
 app.command()(calibrate)
 app.command()(evidence)
+app.command()(view)
 app.add_typer(models_app, name="models")
 
 

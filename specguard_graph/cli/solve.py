@@ -30,6 +30,7 @@ from .common import (
     out,
 )
 from .live import LiveView
+from .view import write_page
 
 
 class Steps(StrEnum):
@@ -88,6 +89,9 @@ def solve(
         Path | None,
         typer.Option("--out", help="append traces here (fsynced); a rerun skips finished ones"),
     ] = None,
+    html_file: Annotated[
+        Path | None, typer.Option("--html", help="write the run page (why each step) here")
+    ] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[Dtype, typer.Option(help="weights' float type")] = Dtype.auto,
     quantize: QuantizeOpt = Quantize.auto,
@@ -113,10 +117,14 @@ def solve(
             return
         graph = _graph((draft, target, embedder), cfg, spec, device, dtype, quantize,
                        (draft_model, target_model))  # fmt: skip
+        shown = []
         for i, q in todo:
             trace = _run_one(graph, q, as_json=as_json or file is not None)
             if log:
                 log.append({"key": f"{i}:{q}", **trace})
+            if html_file:
+                shown.append(trace)
+                write_page(shown, html_file)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:

@@ -55,7 +55,11 @@ def finish_step(
     spent = {"draft_s": 0.0, "target_s": 0.0, **session.spent}
     spent["verify_s"] = max(0.0, record["time_s"] - spent["draft_s"] - spent["target_s"])
     record["spent"] = spent
+    record["tau"] = deps.run_config(runtime).tau
     record["candidate_signals"] = candidate_signals(state)
+    chosen = state["candidates"][sel]
+    record["detail"] = {"pieces": chosen.get("pieces"), "logprobs": chosen.get("token_logprobs"),
+                        "grounding": state.get("grounding_tokens")}  # fmt: skip
     steps = [*(state.get("steps") or []), record]
     session.n_steps = len(steps)
     session.sample = None

@@ -40,9 +40,11 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
     if widen and session.sample is not None and session.sample_step == index:
         sample = session.sample.merge(sample)
     session.sample, session.sample_step = sample, index
+    piece = getattr(deps.draft, "piece", None)  # token texts, for the per-token view
     candidates = [
         {"text": c.text, "tokens": len(c.token_ids), "ended": c.ended,
-         "token_logprobs": c.token_logprobs}
+         "token_logprobs": c.token_logprobs,
+         "pieces": [piece(t) for t in c.token_ids] if piece else None}
         for c in sample.candidates
     ]  # fmt: skip
     elapsed = time.perf_counter() - t0
@@ -52,6 +54,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
         "run_id": session.run_id,
         "candidates": candidates,
         "grounding": None,
+        "grounding_tokens": None,
         "candidate_grounding": None,
         "votes": None,
         "program": None,
