@@ -25,7 +25,7 @@ import time
 from specguard_graph.bench.data import load as load_data
 from specguard_graph.models import Candidate, LocalCausalLM, PrefixCache
 from specguard_graph.models.loading import load_embedder, load_lm
-from specguard_graph.nodes.select import select_medoid
+from specguard_graph.scoring import select_medoid
 from specguard_graph.steps import ReasoningSteps
 
 SPEC = ReasoningSteps()
