@@ -117,18 +117,24 @@ def solve(
             return
         graph = _graph((draft, target, embedder), cfg, spec, device, dtype, quantize,
                        (draft_model, target_model))  # fmt: skip
-        shown = []
-        for i, q in todo:
-            trace = _run_one(graph, q, as_json=as_json or file is not None)
-            if log:
-                log.append({"key": f"{i}:{q}", **trace})
-            if html_file:
-                shown.append(trace)
-                write_page(shown, html_file)
+        _run_all(graph, todo, log, as_json=as_json or file is not None, html=html_file)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         raise fail("interrupted", 130) from None
+
+
+def _run_all(graph: Any, todo: list[tuple[int, str]], log: ResultLog | None, *, as_json: bool,
+             html: Path | None) -> None:  # fmt: skip
+    """Each question in turn: its trace to the log (fsynced) and to the page as it finishes."""
+    shown = []
+    for i, q in todo:
+        trace = _run_one(graph, q, as_json=as_json)
+        if log:
+            log.append({"key": f"{i}:{q}", **trace})
+        if html:
+            shown.append(trace)
+            write_page(shown, html)
 
 
 def _graph(paths, cfg, spec, device, dtype, quantize, names):  # type: ignore[no-untyped-def]
