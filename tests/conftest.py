@@ -39,3 +39,43 @@ def model_args(tmp_path, tiny):
     tiny.embedder.model.save(str(root / "embedder"))
     return ["--draft", str(root / "draft"), "--target", str(root / "target"),
             "--embedder", str(root / "embedder")]  # fmt: skip
+
+
+def wait_until_up(url: str, proc, what: str, timeout: float = 120.0) -> None:
+    """Poll `url` until it answers 200; fail with `what` if the process dies or time runs out."""
+    import time
+
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited while starting")
+        time.sleep(0.5)
+    pytest.fail(f"{what} did not come up in {timeout:.0f} s")
+
+
+def stop(proc) -> None:
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory, tiny):
+    """The tiny pair and embedder saved to disk, as a user would point the CLI at them."""
+    root = tmp_path_factory.mktemp("models")
+    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
+        lm.model.save_pretrained(root / name)
+        lm.tokenizer.save_pretrained(root / name)
+    tiny.embedder.model.save(str(root / "embedder"))
+    return root

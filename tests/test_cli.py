@@ -10,16 +10,6 @@ from specguard_graph.cli import app
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory, tiny):
-    root = tmp_path_factory.mktemp("models")
-    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
-        lm.model.save_pretrained(root / name)
-        lm.tokenizer.save_pretrained(root / name)
-    tiny.embedder.model.save(str(root / "embedder"))
-    return root
-
-
 def args(root, *extra):
     return [
         "solve",

@@ -208,12 +208,8 @@ def test_no_input_ends_in_a_traceback_or_touches_out(tmp_path_factory, command, 
 
 
 @pytest.fixture(scope="module")
-def model_dirs_cli(tmp_path_factory, tiny):
-    root = tmp_path_factory.mktemp("models")
-    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
-        lm.model.save_pretrained(root / name)
-        lm.tokenizer.save_pretrained(root / name)
-    return ["solve", "--draft", str(root / "draft"), "--target", str(root / "target"),
+def model_dirs_cli(model_dirs):
+    return ["solve", "--draft", str(model_dirs / "draft"), "--target", str(model_dirs / "target"),
             "--k", "1", "--max-steps", "1"]  # fmt: skip
 
 

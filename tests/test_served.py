@@ -5,10 +5,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
+from conftest import stop, wait_until_up
 from typer.testing import CliRunner
 
 from specguard_graph import SpecGuardConfig, build_graph
@@ -46,24 +45,10 @@ def served():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, "the llama.cpp server died while starting"
-            time.sleep(0.5)
-        else:
-            pytest.fail("the llama.cpp server did not come up in 120 s")
+        wait_until_up(f"{url}/health", proc, "the llama.cpp server")
         yield f"{url}/v1"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def test_the_model_path_contract():

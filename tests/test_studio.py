@@ -6,11 +6,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from conftest import stop, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,25 +57,10 @@ def server(tmp_path_factory):
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if httpx.get(f"{url}/ok", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"langgraph dev exited: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"langgraph dev did not start: {log.read_text()[-2000:]}")
+        wait_until_up(f"{url}/ok", proc, f"langgraph dev ({log})")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def test_a_run_through_the_api_streams_the_step_events(server):

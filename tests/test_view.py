@@ -80,12 +80,8 @@ def test_view_of_a_file_that_holds_no_runs_is_one_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def model_dirs_view(tmp_path_factory, tiny):
-    root = tmp_path_factory.mktemp("models")
-    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
-        lm.model.save_pretrained(root / name)
-        lm.tokenizer.save_pretrained(root / name)
-    tiny.embedder.model.save(str(root / "embedder"))
+def model_dirs_view(model_dirs):
+    root = model_dirs
     return ["solve", "--draft", str(root / "draft"), "--target", str(root / "target"),
             "--embedder", str(root / "embedder"), "--k", "3", "--tau", "0.7", "--seed", "5",
             "--max-steps", "5", "--max-step-tokens", "12"]  # fmt: skip
