@@ -107,8 +107,13 @@ def consistency(embeddings: torch.Tensor) -> torch.Tensor:
     return (sims.sum(dim=1) - sims.diagonal()) / (k - 1)
 
 
+def medoid(votes: Sequence[float]) -> int:
+    """The candidate with the highest vote; exact ties (identical candidates) go to the lowest
+    index, float noise included."""
+    best = max(votes)
+    return next(i for i, v in enumerate(votes) if v >= best - 1e-12)
+
+
 def select_medoid(embeddings: torch.Tensor) -> int:
     """argmax_j mean_{m≠j} cos(e_j, e_m); the lowest index wins ties."""
-    votes = consistency(embeddings)
-    # exact ties (identical candidates) must go to the lowest index, float noise included
-    return int(torch.nonzero(votes >= votes.max() - 1e-12)[0, 0])
+    return medoid(consistency(embeddings).tolist())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import ConfigError
-from ..scoring import consistency
+from ..scoring import consistency, medoid
 from ..state import SpecGuardState
 from .common import Deps, Update, emit, step_index, timed
 
@@ -17,7 +17,6 @@ def select_consistent(state: SpecGuardState, *, deps: Deps) -> Update:
         if deps.embedder is None:
             raise ConfigError("k > 1 needs an embedder for the consistency vote (or set k=1)")
         votes = consistency(deps.embedder.embed(texts)).tolist()
-    # the medoid; exact ties (identical candidates) go to the lowest index, float noise included
-    selected = next(i for i, v in enumerate(votes) if v >= max(votes) - 1e-12)
+    selected = medoid(votes)
     emit("select", step=step_index(state), selected=selected, text=texts[selected])
     return {"selected": selected, "votes": votes}
