@@ -39,6 +39,11 @@ def test_what_goes_wrong_is_contained_and_reported(run_code, code, error):
     assert not obs.ok and error in obs.error
 
 
+def test_a_busy_loop_runs_out_of_cpu_time_before_the_wall_clock():
+    obs = PythonExecutor(timeout_s=30, cpu_s=1)("while True: pass")
+    assert obs.timed_out and not obs.ok and "CPU time" in obs.error and obs.time_s < 10
+
+
 def test_huge_output_is_capped(run_code):
     obs = run_code("while True: print('x' * 1000)")
     assert obs.truncated and len(obs.stdout) <= run_code.output_chars

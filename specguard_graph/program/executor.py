@@ -70,7 +70,9 @@ class PythonExecutor:
         import resource
 
         mem = self.memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_s, self.cpu_s))
+        # soft < hard: the soft limit sends SIGXCPU (reported as a time limit); with soft ==
+        # hard Linux sends a bare SIGKILL, which reads like any other kill
+        resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_s, self.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_kb << 10, self.file_kb << 10))
         resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
@@ -115,20 +117,24 @@ class PythonExecutor:
         truncated = over.is_set() or len(stdout) > self.output_chars
         stderr = b"".join(err).decode("utf-8", "replace").strip()
         error = self._error(proc.returncode, stderr, timed_out)
+        status = None if timed_out else proc.returncode
+        timed_out = timed_out or status == -signal.SIGXCPU  # out of CPU time is a time limit too
         return Observation(
             stdout=stdout[: self.output_chars], error=error,
-            exit_status=None if timed_out else proc.returncode,
+            exit_status=status,
             time_s=time.perf_counter() - t0, timed_out=timed_out, truncated=truncated,
         )  # fmt: skip
 
     def _error(self, status: int | None, stderr: str, timed_out: bool) -> str | None:
+        if status == -signal.SIGXCPU:
+            return f"timed out: used its {self.cpu_s} s of CPU time (SIGXCPU)"
         if timed_out:
             return f"timed out after {self.timeout_s:g} s"
         if status == 0:
             return None
         if status is not None and status < 0:
             name = signal.Signals(-status).name
-            hint = {"SIGXCPU": "CPU-time limit", "SIGXFSZ": "file-size limit",
+            hint = {"SIGXFSZ": "file-size limit",
                     "SIGKILL": "killed"}.get(name, name)  # fmt: skip
             return f"{hint} ({name})"
         last = stderr.splitlines()[-1] if stderr else f"exit status {status}"
