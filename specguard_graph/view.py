@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .errors import InputError
+
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222}
 h1{font-size:18px}
@@ -55,6 +57,9 @@ table.c td,table.c th{border:1px solid #eee;padding:3px 6px;text-align:left;vert
 tr.sel{background:#f3fff3}
 .why{color:#a50}
 .legend span{padding:1px 6px;margin-right:6px}
+.grade.correct{color:#282}
+.grade.wrong{color:#c22;font-weight:bold}
+table.index td,table.index th{padding:3px 10px;border-bottom:1px solid #eee;text-align:left}
 """
 
 
@@ -152,14 +157,33 @@ def _strip(trace: Mapping[str, Any]) -> str:
     return '<div class="strip">' + "".join(f"<div>{c}</div>" for c in cells) + "</div>"
 
 
+def as_trace(record: dict[str, Any]) -> dict[str, Any]:
+    """A `solve --out` trace as it is; a `bench` record as a trace: its `step_records`, or its
+    whole text where the method has no steps (target-only, token-level SD)."""
+    if "step_records" in record or ("text" in record and "steps" not in record):
+        steps = record.get("step_records") or []
+        return {**record, "steps": steps, "detail": steps,
+                "timing": record.get("timing") or {"total_s": record.get("latency_s")},
+                "question": record.get("question", f"problem {record.get('id')}")}  # fmt: skip
+    if "steps" not in record:
+        raise InputError("a line is neither a solve trace nor a bench record")
+    return record
+
+
 def section(trace: Mapping[str, Any]) -> str:
     """One run: question, summary strip, steps."""
     details = trace.get("detail") or [{} for _ in trace.get("steps") or []]
     steps = "".join(
         _step(s, d or {}) for s, d in zip(trace.get("steps") or [], details, strict=False)
     )
+    if not steps and trace.get("text"):  # a method without steps: its whole text
+        steps = f'<div class="text">{_e(trace["text"])}</div>'
+    grade = ""
+    if "correct" in trace:
+        mark = "correct" if trace["correct"] else "wrong"
+        grade = f'<p class="grade {mark}">{mark}: gold answer {_e(trace.get("gold"))}</p>'
     return (f'<h1>Question</h1><div class="q">{_e(trace.get("question", ""))}</div>'
-            f"{_strip(trace)}{steps}")  # fmt: skip
+            f"{grade}{_strip(trace)}{steps}")  # fmt: skip
 
 
 def page(traces: Sequence[Mapping[str, Any]], title: str = "specguard run") -> str:

@@ -85,3 +85,44 @@ def model_dirs_view(model_dirs):
     return ["solve", "--draft", str(root / "draft"), "--target", str(root / "target"),
             "--embedder", str(root / "embedder"), "--k", "3", "--tau", "0.7", "--seed", "5",
             "--max-steps", "5", "--max-step-tokens", "12"]  # fmt: skip
+
+
+def test_bench_html_dir_links_every_finished_problem_to_its_page(model_args, chromium, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)})
+                            + "\n" for i in range(2)))  # fmt: skip
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"k": 3, "max_steps": 3, "max_step_tokens": 8, "tau": 0.7}))
+    out, pages = tmp_path / "out", tmp_path / "pages"
+    res = CliRunner().invoke(app, ["bench", "--data", str(data), "--out", str(out), "--config",
+                                   str(cfg), "--max-tokens", "24", "--methods", "target,specguard",
+                                   "--html-dir", str(pages), *model_args])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    dom, _ = render(chromium, pages / "index.html", tmp_path)
+    assert dom.count('<a class="grade') == 4  # 2 problems × 2 methods, each a link
+    records = [json.loads(x) for x in (out / "specguard.jsonl").open()]
+    for rec in records:
+        dom, _ = render(chromium, pages / "specguard" / f"{rec['id']}.html", tmp_path)
+        assert dom.count('<section class="step') == rec["steps"] > 0
+        rejected = sum(s["source"] == "target" for s in rec["step_records"])
+        assert dom.count('class="step rejected"') == rejected
+        mark = "correct" if rec["correct"] else "wrong"
+        assert rec["question"] in dom and f'<p class="grade {mark}">' in dom
+    target = json.loads((out / "target.jsonl").read_text().splitlines()[0])
+    dom, _ = render(chromium, pages / "target" / f"{target['id']}.html", tmp_path)
+    assert html_text(target["text"]) in dom
+
+
+def html_text(text):
+    import html
+
+    return html.escape(text, quote=False)
+
+
+def test_bench_html_dir_that_cannot_be_written_fails_before_any_model_loads(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    args = ["bench", "--methods", "target", "--out", str(tmp_path / "o"), "--html-dir",
+            str(blocker / "pages"), "--draft", "/no"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and res.stderr.startswith("error: --html-dir")

@@ -66,6 +66,10 @@ def bench(
     report_only: Annotated[
         bool, typer.Option("--report-only", help="summarise what --out holds, run nothing")
     ] = False,
+    html_dir: Annotated[
+        Path | None,
+        typer.Option(help="also write a run page per problem and method, and an index.html"),
+    ] = None,
 ) -> None:
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
     from ..bench.report import write_summary
@@ -75,11 +79,19 @@ def bench(
         from ..bench.run import check_out
 
         check_out(out, names)
+        if html_dir is not None:  # before hours of solving, not after
+            from ..bench.pages import check_html_dir
+
+            check_html_dir(html_dir)
         if not report_only:
             _run(names, dataset.value, data, limit, offset, seed, config, max_tokens, out,
                  (draft, target, embedder), quantize)  # fmt: skip
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
         Console().print(write_summary(out, names, command, sweep=bool(taus)))
+        if html_dir is not None:
+            from ..bench.pages import write_pages
+
+            err.print(f"wrote {write_pages(out, names, html_dir)}")
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:

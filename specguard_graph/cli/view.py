@@ -8,18 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import InputError, SpecGuardError
+from ..view import as_trace
 from .common import err, fail
-
-
-def as_trace(record: dict[str, Any]) -> dict[str, Any]:
-    """A `solve --out` trace as it is; a `bench` record (its `step_records`) as a trace."""
-    if "step_records" in record:
-        steps = record["step_records"] or []
-        return {**record, "steps": steps, "detail": steps,
-                "question": record.get("question", f"problem {record.get('id')}")}  # fmt: skip
-    if "steps" not in record:
-        raise InputError("a line is neither a solve trace nor a bench record")
-    return record
 
 
 def write_page(traces: list[dict[str, Any]], out: Path) -> None:
