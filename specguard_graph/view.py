@@ -114,6 +114,14 @@ def _candidates(signals: Sequence[Mapping[str, Any]] | None, selected: int | Non
     return f'<table class="c">{"".join(rows)}</table>'
 
 
+def _spent(spent: Mapping[str, float] | None) -> str:
+    """Where the step's time went: drafting, verifying (selector and signals), the target."""
+    if not spent:
+        return ""
+    parts = [f"{k.removesuffix('_s')} {v:.2f}" for k, v in spent.items() if v is not None]
+    return f' <span class="spent">({", ".join(parts)})</span>'
+
+
 def _step(step: Mapping[str, Any], more: Mapping[str, Any]) -> str:
     source = step.get("source", "draft")
     rejected = source == "target"
@@ -127,7 +135,8 @@ def _step(step: Mapping[str, Any], more: Mapping[str, Any]) -> str:
             f'</span><span>score {_num(score)} vs τ {_num(tau)} {bar}</span>'
             f'<span>grounding {_num(step.get("grounding"))}</span>'
             f'<span>log p {_num(step.get("logprob"), 2)}</span>'
-            f'<span>{_num(more.get("time_s"), 2)} s</span></div>')  # fmt: skip
+            f'<span>{_num(more.get("time_s"), 2)} s{_spent(more.get("spent"))}</span>'
+            "</div>")  # fmt: skip
     body = []
     if rejected:
         body.append(f'<div class="why">recomputed: {_e(more.get("reason") or "")}</div>')

@@ -48,6 +48,7 @@ def test_solve_html_shows_why_each_step_was_kept_or_recomputed(model_dirs_view, 
     assert dom.count('class="step rejected"') == rejected > 0
     assert dom.count("recomputed:") == rejected and "the target wrote instead" in dom
     assert dom.count('class="tok"') > 10 and "background:rgba(220,40,40" in dom
+    assert dom.count('<span class="spent">(draft ') == len(trace["steps"])  # time per model
     assert "What is 2 + 3?" in dom and "http" not in html.read_text().split("<body>")[0]
     assert shot.stat().st_size > 10_000
 
