@@ -2,34 +2,20 @@
 started and stopped here, behind the OpenAI-compatible completions route."""
 
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
-from conftest import stop, wait_until_up
 from typer.testing import CliRunner
 
 from specguard_graph import SpecGuardConfig, build_graph
 from specguard_graph.cli import app
-from specguard_graph.errors import ModelLoadError
+from specguard_graph.errors import InputError, ModelLoadError
+from specguard_graph.models.llamacpp import LlamaServer, free_port
 from specguard_graph.models.served import ServedStepModel, is_served
 
-SERVER = """
-import sys, time, xllamacpp
-p = xllamacpp.CommonParams()
-p.model.path, p.port, p.n_ctx, p.n_parallel = sys.argv[1], int(sys.argv[2]), 4096, 4
-p.cpuparams.n_threads = p.cpuparams_batch.n_threads = 2
-server = xllamacpp.Server(p)
-print("ready", flush=True)
-while True:
-    time.sleep(60)
-"""
 Q = {"question": "What is 2 + 3?"}
 
 
-@pytest.fixture(scope="module")
-def served():
+def _gguf():
     from specguard_graph.models.install import gguf_path
     from specguard_graph.models.registry import DRAFT
 
@@ -38,17 +24,13 @@ def served():
         if os.environ.get("SPECGUARD_SKIP_REAL") == "1":
             pytest.skip("the embedded GGUF is not installed")
         pytest.fail(f"{gguf} is missing: run `specguard models install`")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(gguf), str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(f"{url}/health", proc, "the llama.cpp server")
-        yield f"{url}/v1"
-    finally:
-        stop(proc)
+    return gguf
+
+
+@pytest.fixture(scope="module")
+def served():
+    with LlamaServer(_gguf(), parallel=4, ctx=1024) as url:
+        yield url
 
 
 def test_the_model_path_contract():
@@ -96,3 +78,72 @@ def test_a_served_draft_needs_beta_1_without_attentions(served):
     res = CliRunner().invoke(app, ["solve", "--draft", served, "--target", served, "--k", "1",
                                    "q"])  # fmt: skip
     assert res.exit_code == 2 and "set beta=1" in res.stderr, res.output
+
+
+def _answering(status: int, body: dict | None = None, delay_timeout: bool = False):
+    """A model behind an HTTP transport that answers every request the same way."""
+    import httpx
+
+    def handle(request):
+        if delay_timeout:
+            raise httpx.ReadTimeout("slow", request=request)
+        return httpx.Response(status, json=body or {"error": {"message": "boom"}})
+
+    client = httpx.Client(transport=httpx.MockTransport(handle))
+    return ServedStepModel("http://engine/v1", model="m", tokenizer=object(), retries=0,
+                           timeout=2, http_client=client)  # fmt: skip
+
+
+def _ask(model):
+    pc = model.new_prefix("q")
+    return model.sample(pc, n=2, delimiter="\n\n", max_new_tokens=8, temperature=1.0)
+
+
+NO_LOGPROBS = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+               "choices": [{"index": 0, "text": "a step", "finish_reason": "stop",
+                            "logprobs": None}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "status, body, timeout, error, match",
+    [
+        (404, None, False, ModelLoadError, "no model 'm'"),
+        (500, None, False, ModelLoadError, "HTTP 500: boom"),
+        (400, None, False, InputError, "refused the request: boom"),
+        (200, NO_LOGPROBS, False, ModelLoadError, "carries no log-probs"),
+        (200, None, True, ModelLoadError, "did not answer in time"),
+    ],
+)
+def test_what_a_server_gets_wrong_is_one_line(status, body, timeout, error, match):
+    with pytest.raises(error, match=match) as info:
+        _ask(_answering(status, body, timeout))
+    assert "\n" not in str(info.value)
+
+
+def test_a_run_whose_server_goes_away_resumes_from_its_checkpoint(tiny):
+    """The server dies after the first step is committed: the run stops with a one-line
+    error, and once the server is back it resumes from its checkpoint with nothing lost."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    port = free_port()
+    server = LlamaServer(_gguf(), port=port, parallel=2, ctx=1024)
+    url = server.__enter__()
+    try:
+        draft, target = (ServedStepModel(url, retries=0, timeout=30) for _ in range(2))
+        cfg = SpecGuardConfig(k=2, beta=1.0, tau=0.5, max_steps=4, max_step_tokens=12, seed=3)
+        graph = build_graph(draft, target, embedder=tiny.embedder, config=cfg)
+        graph = graph.compile(checkpointer=InMemorySaver())
+        run = {"configurable": {"thread_id": "t"}}
+        question = {"question": "A shop sells 3 pens for $4. How much do 12 pens cost?"}
+        with pytest.raises(ModelLoadError, match="cannot reach the server"):
+            for update in graph.stream(question, run, stream_mode="updates"):
+                if "commit_step" in update:
+                    server.__exit__()  # the engine goes away mid-run
+        kept = graph.get_state(run).values["steps"]
+        assert len(kept) == 1
+        server = LlamaServer(_gguf(), port=port, parallel=2, ctx=1024)
+        server.__enter__()
+        out = graph.invoke(None, run)  # resume: from the checkpoint, not from the start
+        assert out["steps"][0] == kept[0] and len(out["steps"]) > 1
+    finally:
+        server.__exit__()

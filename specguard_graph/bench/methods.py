@@ -89,7 +89,7 @@ def plain(lm: LocalCausalLM, max_tokens: int) -> Solve:
             "text": text,
             "answer": SPEC.extract_answer(text),
             "latency_s": time.perf_counter() - t0,
-            "tokens": len(s.candidates[0].token_ids),
+            "tokens": s.candidates[0].n_tokens,
         }
 
     return solve
@@ -157,15 +157,28 @@ def specguard(draft, target, embedder, config: SpecGuardConfig, steps=SPEC) -> S
     return solve
 
 
-def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: int) -> Solve:
+def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: int,
+         sd_target: Any = None) -> Solve:  # fmt: skip
+    """`sd_target`: a served target that runs its engine's own draft-model speculative
+    decoding (llama.cpp with a draft GGUF, vLLM's speculative_config); `sd` then measures it."""
     if name == "target":
         return plain(target, max_tokens)
     if name == "draft":
         return plain(draft, max_tokens)
     if name == "sd":
+        if sd_target is not None:
+            return plain(sd_target, max_tokens)
+        if not (isinstance(target, LocalCausalLM) and isinstance(draft, LocalCausalLM)):
+            raise ConfigError(
+                "sd on served models is the engine's own speculative decoding: pass --sd-target "
+                "URL (e.g. `specguard models serve target --speculative`)"
+            )
         return assisted(target, draft, max_tokens)
     if name == "rsd":
         from .rsd import rsd
+
+        if not getattr(target, "can_score", False):
+            raise ConfigError("rsd needs a target that scores text (a local model), not a server")
 
         return rsd(draft, target, max_step_tokens=base.max_step_tokens, max_tokens=max_tokens)
     method, overrides = parse(name)  # raises for an unknown name

@@ -69,7 +69,7 @@ def rsd(draft: LocalCausalLM, target: LocalCausalLM, *, threshold: float = 0.7,
             s = draft.sample(dpc, n=1, delimiter=spec.delimiter, max_new_tokens=budget,
                              temperature=0.0)  # fmt: skip
             cand = s.candidates[0]
-            draft_tokens += len(cand.token_ids)
+            draft_tokens += cand.n_tokens
             so_far = history(spec.delimiter, steps) + cand.text
             score = judge(target, tpc, chat(question, so_far, True), digits)
             if score >= threshold:
@@ -83,7 +83,7 @@ def rsd(draft: LocalCausalLM, target: LocalCausalLM, *, threshold: float = 0.7,
                 c = t.candidates[0]
                 target.adopt(tpc, t, 0)
                 dpc.extend(c.token_ids)
-                target_tokens += len(c.token_ids)
+                target_tokens += c.n_tokens
                 step = {"text": c.text, "source": "target", "score": score,
                         "ended": c.ended}  # fmt: skip
             steps.append(step)

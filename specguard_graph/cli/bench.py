@@ -21,10 +21,12 @@ from rich.progress import (
 
 from ..errors import ConfigError, SpecGuardError
 from .common import (
+    DraftModel,
     DraftPath,
     EmbedderPath,
     Quantize,
     QuantizeOpt,
+    TargetModel,
     TargetPath,
     err,
     fail,
@@ -62,6 +64,15 @@ def bench(
     draft: DraftPath = None,
     target: TargetPath = None,
     embedder: EmbedderPath = None,
+    draft_model: DraftModel = None,
+    target_model: TargetModel = None,
+    sd_target: Annotated[
+        str | None,
+        typer.Option(
+            help="served target with its engine's own draft-model SD, for `sd` "
+            "(`specguard models serve target --speculative`)"
+        ),
+    ] = None,
     quantize: QuantizeOpt = Quantize.auto,
     report_only: Annotated[
         bool, typer.Option("--report-only", help="summarise what --out holds, run nothing")
@@ -84,8 +95,9 @@ def bench(
 
             check_html_dir(html_dir)
         if not report_only:
-            _run(names, dataset.value, data, limit, offset, seed, config, max_tokens, out,
-                 (draft, target, embedder), quantize)  # fmt: skip
+            models = {"paths": (draft, target, embedder), "names": (draft_model, target_model),
+                      "sd_target": sd_target, "quantize": quantize}  # fmt: skip
+            _run(names, dataset.value, data, limit, offset, seed, config, max_tokens, out, models)
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
         Console().print(write_summary(out, names, command, sweep=bool(taus)))
         if html_dir is not None:
@@ -119,8 +131,8 @@ def _methods(methods: str, taus: str | None) -> list[str]:
     return names
 
 
-def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out, paths,
-         quantize):  # type: ignore[no-untyped-def]  # fmt: skip
+def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
+         models):  # type: ignore[no-untyped-def]  # fmt: skip
     """Load the models once and run every method on every problem (resumable)."""
     from ..bench import data as bench_data
     from ..bench import methods as bench_methods
@@ -128,8 +140,17 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out, pat
 
     problems = bench_data.load(dataset, data=data, limit=limit, offset=offset, seed=seed)
     base = load_config(config, {})
-    d, t, e = load_models(paths, quantize=quantize, need_embedder=True)
-    solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens) for m in names}
+    d, t, e = load_models(models["paths"], quantize=models["quantize"], need_embedder=True,
+                          names=models["names"])  # fmt: skip
+    sd_target = None
+    if models["sd_target"] is not None and "sd" in names:
+        from ..models.served import ServedStepModel, is_served
+
+        if not is_served(models["sd_target"]):
+            raise ConfigError(f"--sd-target {models['sd_target']!r}: expected an http(s) URL "
+                              "ending in /v1")  # fmt: skip
+        sd_target = ServedStepModel(models["sd_target"])
+    solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens, sd_target) for m in names}
     with Progress(
         TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), TimeRemainingColumn(), console=err,

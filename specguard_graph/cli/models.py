@@ -1,15 +1,18 @@
-"""`specguard models install | list`: the embedded default models."""
+"""`specguard models install | list | serve`: the embedded default models."""
 
 from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import SpecGuardError
+from ..errors import ConfigError, ModelLoadError, SpecGuardError
 from .common import err, fail, out
 
-models_app = typer.Typer(no_args_is_help=True, help="Install and list the embedded models.")
+models_app = typer.Typer(no_args_is_help=True, help="Install, list and serve the embedded models.")
 
 
 @models_app.command("install")
@@ -53,3 +56,42 @@ def models_list() -> None:
             row["role"], row["name"], "yes" if row["installed"] else "no", size, row["path"]
         )
     out.print(table)
+
+
+class Role(StrEnum):
+    draft = "draft"
+    target = "target"
+
+
+@models_app.command("serve")
+def models_serve(
+    role: Annotated[Role, typer.Argument(help="which embedded model to serve")],
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (the URL is …/v1)")] = 8080,
+    speculative: Annotated[
+        bool,
+        typer.Option(help="target only: llama.cpp's own speculative decoding, the draft inside"),
+    ] = False,
+    threads: Annotated[int, typer.Option(min=1, help="CPU threads")] = 2,
+    parallel: Annotated[int, typer.Option(min=1, help="slots: concurrent requests/samples")] = 4,
+    ctx: Annotated[int, typer.Option(min=256, help="context tokens per slot")] = 4096,
+) -> None:
+    """Serve an embedded model's GGUF with llama.cpp (xllamacpp) until interrupted."""
+    from ..models.install import gguf_path
+    from ..models.llamacpp import serve_forever
+    from ..models.registry import DEFAULTS
+
+    try:
+        if speculative and role is not Role.target:
+            raise ConfigError("--speculative serves the target with the draft inside it")
+        gguf = gguf_path(DEFAULTS[role.value])
+        draft = gguf_path(DEFAULTS["draft"]) if speculative else None
+        for path in (gguf, draft):
+            if path is not None and not path.exists():
+                raise ModelLoadError(f"{path} is missing: run `specguard models install`")
+        err.print(f"serving {gguf.name} at http://127.0.0.1:{port}/v1"
+                  + (f" (draft {draft.name} inside)" if draft else ""))  # fmt: skip
+        serve_forever(gguf, port=port, draft=draft, threads=threads, parallel=parallel, ctx=ctx)
+    except SpecGuardError as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        pass

@@ -45,10 +45,16 @@ class Candidate:
     token_logprobs: list[float]
     ended: StepEnd
     scored: int | None = None  # set when a backend scores tokens it gives no log-probs for
+    generated: int | None = None  # the model's own token count, where ids are not its tokens
 
     @property
     def n_scored(self) -> int:
         return len(self.token_logprobs) if self.scored is None else self.scored
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens the model generated: what budgets and counts are in."""
+        return len(self.token_ids) if self.generated is None else self.generated
 
 
 @dataclass

@@ -97,13 +97,15 @@ class ServedStepModel(CallableStepModel):
         tokenizer: Any = None,
         timeout: float = 300.0,
         retries: int = 2,
+        http_client: Any = None,
     ):
         import openai
 
         key = api_key or os.environ.get("SPECGUARD_API_KEY") or os.environ.get("OPENAI_API_KEY")
         self.base_url = base_url.rstrip("/")
         self.client = openai.OpenAI(base_url=self.base_url, api_key=key or "none",
-                                    timeout=timeout, max_retries=retries)  # fmt: skip
+                                    timeout=timeout, max_retries=retries,
+                                    http_client=http_client)  # fmt: skip
         self.model = model or self._served_model()
         super().__init__(self._never, name=f"{self.model} @ {self.base_url}", has_logprobs=True,
                          has_attentions=False,
@@ -162,8 +164,12 @@ class ServedStepModel(CallableStepModel):
         no character cut here (the context still passes as text)."""
         lps = [float(x) for x in o.token_logprobs or []]
         ids = self.encode(o.text + separator(delimiter, o.ended))
-        return Candidate(o.text, ids, lps, o.ended, scored=len(lps))
+        # ids are characters (the context passes as text); budgets count the server's tokens
+        return Candidate(o.text, ids, lps, o.ended, scored=len(lps), generated=len(lps))
 
 
 def _brief(exc: Exception) -> str:
-    return " ".join(str(getattr(exc, "message", exc)).split())[:200]
+    """The server's own error message (its JSON `error.message`), on one line."""
+    body = getattr(exc, "body", None)
+    message = body.get("message") if isinstance(body, dict) else None
+    return " ".join(str(message or getattr(exc, "message", exc)).split())[:200]

@@ -42,7 +42,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
     session.sample, session.sample_step = sample, index
     piece = getattr(deps.draft, "piece", None)  # token texts, for the per-token view
     candidates = [
-        {"text": c.text, "tokens": len(c.token_ids), "ended": c.ended,
+        {"text": c.text, "tokens": c.n_tokens, "ended": c.ended,
          "token_logprobs": c.token_logprobs,
          "pieces": [piece(t) for t in c.token_ids] if piece else None}
         for c in sample.candidates
@@ -62,7 +62,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
         "grounding_error": None,
         "logprob_error": None,
         "timing": {"draft_s": elapsed},
-        "counts": {"draft_tokens": sum(len(c.token_ids) for c in sample.candidates[-n:])},
+        "counts": {"draft_tokens": sum(c.n_tokens for c in sample.candidates[-n:])},
     }
     if "started_at" not in state:
         update["started_at"] = time.time() - elapsed

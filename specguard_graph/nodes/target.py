@@ -36,7 +36,7 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     elapsed = time.perf_counter() - t0
     session.spent["target_s"] = elapsed
     update = finish_step(deps, runtime, state, session, text=cand.text, source="target",
-                         ended=cand.ended, tokens=len(cand.token_ids))  # fmt: skip
+                         ended=cand.ended, tokens=cand.n_tokens)  # fmt: skip
     update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})
-    update["counts"] = add_numbers(update["counts"], {"target_tokens": len(cand.token_ids)})
+    update["counts"] = add_numbers(update["counts"], {"target_tokens": cand.n_tokens})
     return update

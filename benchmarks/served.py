@@ -1,0 +1,191 @@
+"""Served models on this CPU: the embedded GGUF pair behind llama.cpp's server (`xllamacpp`).
+
+Parts (each prints its numbers; all servers are started here, on 127.0.0.1, and stopped):
+
+* `demo`: the demo question answered with local in-process models and with the same weights
+  served, side by side.
+* `overhead`: what the HTTP round trip adds to a step: wall time of `ServedStepModel.sample`
+  minus the compute the server reports for the request (`timings`), per step, median.
+* `concurrency`: N graph runs against one served draft and target, one after another and then
+  at once (threads, one thread id each), same seeds: throughput ratio and equal outputs.
+* `bench`: `specguard bench` on served models, the anchors beside SpecGuard: llama.cpp
+  target-only (`target`), llama.cpp's own draft-model speculative decoding (`sd`, a target
+  server with the draft GGUF inside), and SpecGuard with served draft and target (log-prob
+  signal only: engines return no attention). Resumable, like any bench run.
+
+    .venv/bin/python benchmarks/served.py demo
+    .venv/bin/python benchmarks/served.py overhead --steps 30
+    .venv/bin/python benchmarks/served.py concurrency --runs 4
+    .venv/bin/python benchmarks/served.py bench --limit 50 --out benchmarks/results/gsm8k-served
+
+Each server gets `--threads` threads (2 = this machine's cores); only one is busy at a time
+except in `concurrency`, where the N runs share them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from specguard_graph.models.install import gguf_path
+from specguard_graph.models.llamacpp import LlamaServer
+from specguard_graph.models.registry import DRAFT, TARGET
+from specguard_graph.models.served import ServedStepModel
+
+DEMO = Path(__file__).parent.parent / "examples" / "demo_question.txt"
+
+
+def servers(stack: ExitStack, a: argparse.Namespace, *, spec: bool = False) -> dict[str, str]:
+    urls = {
+        "draft": stack.enter_context(LlamaServer(gguf_path(DRAFT), threads=a.threads,
+                                                 parallel=a.parallel)),
+        "target": stack.enter_context(LlamaServer(gguf_path(TARGET), threads=a.threads,
+                                                  parallel=a.parallel)),
+    }  # fmt: skip
+    if spec:
+        urls["sd"] = stack.enter_context(LlamaServer(gguf_path(TARGET), draft=gguf_path(DRAFT),
+                                                     threads=a.threads, parallel=1))  # fmt: skip
+    for role, url in urls.items():
+        print(f"# {role}: {url}", flush=True)
+    return urls
+
+
+def solve_json(args: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "specguard_graph.cli", "solve", "--json", *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(res.stderr.strip().splitlines()[-1])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def demo(a: argparse.Namespace) -> None:
+    question = DEMO.read_text().strip()
+    common = ["--k", "4", "--beta", "1", "--seed", "0", "--max-steps", "12", question]
+    local = solve_json(common)
+    with ExitStack() as stack:
+        urls = servers(stack, a)
+        served = solve_json(["--draft", urls["draft"], "--target", urls["target"], *common])
+    print("| models | answer | status | steps | by target | seconds |\n|---|---|---|---|---|---|")
+    for name, t in (("local (transformers, int8)", local), ("served (llama.cpp, Q4_K_M)", served)):
+        print(f"| {name} | {t['answer']} | {t['status']} | {t['counts']['steps']} | "
+              f"{t['counts']['target_steps']} | {t['timing']['total_s']:.1f} |")  # fmt: skip
+
+
+def overhead(a: argparse.Namespace) -> None:
+    """Per request: client wall time and the server's own prompt + decode time."""
+    from specguard_graph.bench.data import load
+    from specguard_graph.steps import ReasoningSteps
+
+    spec = ReasoningSteps()
+    with ExitStack() as stack:
+        url = servers(stack, a)["target"]
+        model = ServedStepModel(url)
+        seen: list[dict[str, Any]] = []
+        create = model.client.completions.create
+
+        def spy(**kw: Any) -> Any:
+            r = create(**kw)
+            seen.append(r.model_extra.get("timings") or {})
+            return r
+
+        model.client.completions.create = spy  # type: ignore[method-assign]
+        rows = []
+        for p in load("gsm8k", limit=a.problems):
+            pc = model.new_prefix(spec.render_prompt(p["question"], model.tokenizer))
+            for _ in range(a.steps // a.problems):
+                t0 = time.perf_counter()
+                s = model.sample(pc, n=1, delimiter=spec.delimiter, max_new_tokens=96,
+                                 temperature=0.0)  # fmt: skip
+                wall = (time.perf_counter() - t0) * 1000
+                t = seen[-1]
+                server = float(t.get("prompt_ms", 0)) + float(t.get("predicted_ms", 0))
+                rows.append((wall, server, t.get("predicted_n", 0)))
+                model.adopt(pc, s, 0)
+                c = s.candidates[0]
+                if spec.is_final(c.text, eos=c.ended == "eos") or c.ended == "eos":
+                    break
+    extra = [w - s for w, s, _ in rows]
+    share = statistics.median(e / w for e, (w, _, _) in zip(extra, rows, strict=True))
+    print(f"steps {len(rows)}, tokens per step median {statistics.median(r[2] for r in rows)}")
+    print(
+        f"wall per step median {statistics.median(r[0] for r in rows):.1f} ms, "
+        f"server compute median {statistics.median(r[1] for r in rows):.1f} ms"
+    )
+    print(
+        f"HTTP round trip + client (wall - server) per step: median "
+        f"{statistics.median(extra):.1f} ms, p90 {sorted(extra)[int(0.9 * len(extra))]:.1f} ms, "
+        f"{100 * share:.1f}% of a step"
+    )
+
+
+def concurrency(a: argparse.Namespace) -> None:
+    from specguard_graph import SpecGuardConfig, build_graph
+    from specguard_graph.bench.data import load
+    from specguard_graph.models.loading import load_embedder
+
+    problems = load("gsm8k", limit=a.runs)
+    with ExitStack() as stack:
+        urls = servers(stack, a)
+        draft, target = ServedStepModel(urls["draft"]), ServedStepModel(urls["target"])
+        cfg = SpecGuardConfig(k=a.k, beta=1.0, seed=0, max_total_tokens=a.max_tokens)
+        graph = build_graph(draft, target, embedder=load_embedder(), config=cfg).compile()
+
+        def one(i: int) -> str:
+            out = graph.invoke({"question": problems[i]["question"]},
+                               {"configurable": {"thread_id": f"run-{i}"}})  # fmt: skip
+            return str(out["text"])
+
+        one(0)  # warm both servers' prompt caches equally for the two phases
+        t0 = time.perf_counter()
+        serial = [one(i) for i in range(a.runs)]
+        t_serial = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(a.runs) as pool:
+            together = list(pool.map(one, range(a.runs)))
+        t_together = time.perf_counter() - t0
+    same = sum(x == y for x, y in zip(serial, together, strict=True))
+    print(
+        f"{a.runs} runs: serial {t_serial:.1f} s, concurrent {t_together:.1f} s, "
+        f"throughput ratio {t_serial / t_together:.2f}x; outputs equal {same}/{a.runs}"
+    )
+
+
+def bench(a: argparse.Namespace) -> None:
+    with ExitStack() as stack:
+        urls = servers(stack, a, spec=True)
+        cmd = [sys.executable, "-m", "specguard_graph.cli", "bench", "--dataset", "gsm8k",
+               "--limit", str(a.limit), "--methods", a.methods, "--out", str(a.out),
+               "--max-tokens", str(a.max_tokens), "--draft", urls["draft"], "--target",
+               urls["target"], "--sd-target", urls["sd"]]  # fmt: skip
+        print("#", " ".join(cmd[2:]), flush=True)
+        subprocess.run(cmd, check=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("part", choices=["demo", "overhead", "concurrency", "bench"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=4, help="server slots")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--problems", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=4)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--limit", type=int, default=50)
+    ap.add_argument("--max-tokens", type=int, default=512)
+    ap.add_argument("--methods", default="target,sd,specguard-logprob-only,"
+                    "specguard-greedy@beta=1")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/gsm8k-served"))
+    a = ap.parse_args()
+    {"demo": demo, "overhead": overhead, "concurrency": concurrency, "bench": bench}[a.part](a)
+
+
+if __name__ == "__main__":
+    main()
