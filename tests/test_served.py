@@ -80,6 +80,38 @@ def test_a_served_draft_needs_beta_1_without_attentions(served):
     assert res.exit_code == 2 and "set beta=1" in res.stderr, res.output
 
 
+def _completion(choice_extra: dict, tokens: list[str], finish: str = "stop") -> dict:
+    lps = {"tokens": tokens, "token_logprobs": [-0.5] * len(tokens)}
+    return {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "text": "".join(tokens), "finish_reason": finish,
+                         "logprobs": lps, **choice_extra}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "body, ended",
+    [
+        (_completion({"stop_reason": None}, ["a", "b"]), "eos"),  # vLLM: EOS
+        (_completion({"stop_reason": "\n\n"}, ["a", "b"]), "delimiter"),  # vLLM: the delimiter
+        (_completion({"matched_stop": 151645}, ["a"]), "eos"),  # SGLang: EOS's token id
+        (_completion({"matched_stop": "\n\n"}, ["a"]), "delimiter"),  # SGLang
+        (_completion({}, ["a", "b", ""]), "eos"),  # llama.cpp: EOS, an empty last token
+        (_completion({}, ["a", "b"]), "delimiter"),  # llama.cpp: the stop string
+        (_completion({"stop_reason": None}, ["a", "b"], finish="length"), "length"),
+    ],
+)
+def test_each_engine_says_whether_it_stopped_at_eos_or_the_delimiter(body, ended):
+    cand = _ask(_answering(200, body), n=1).candidates[0]
+    assert cand.ended == ended and cand.n_tokens == len(body["choices"][0]["logprobs"]["tokens"])
+
+
+def test_llama_cpp_reports_eos_when_the_answer_ends(served):
+    model = ServedStepModel(served)
+    prompt = model.tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}])
+    s = model.sample(model.new_prefix(prompt), n=1, delimiter="\n\n", max_new_tokens=40,
+                     temperature=0.0)  # fmt: skip
+    assert s.candidates[0].ended == "eos" and s.candidates[0].text.strip()
+
+
 def _answering(status: int, body: dict | None = None, delay_timeout: bool = False):
     """A model behind an HTTP transport that answers every request the same way."""
     import httpx
@@ -94,9 +126,9 @@ def _answering(status: int, body: dict | None = None, delay_timeout: bool = Fals
                            timeout=2, http_client=client)  # fmt: skip
 
 
-def _ask(model):
+def _ask(model, n=2):
     pc = model.new_prefix("q")
-    return model.sample(pc, n=2, delimiter="\n\n", max_new_tokens=8, temperature=1.0)
+    return model.sample(pc, n=n, delimiter="\n\n", max_new_tokens=8, temperature=1.0)
 
 
 NO_LOGPROBS = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
@@ -116,8 +148,13 @@ NO_LOGPROBS = {"id": "x", "object": "text_completion", "created": 0, "model": "m
 )
 def test_what_a_server_gets_wrong_is_one_line(status, body, timeout, error, match):
     with pytest.raises(error, match=match) as info:
-        _ask(_answering(status, body, timeout))
+        _ask(_answering(status, body, timeout), n=1)
     assert "\n" not in str(info.value)
+
+
+def test_an_engine_that_returns_fewer_samples_than_asked_is_one_line():
+    with pytest.raises(ModelLoadError, match="1 completions for n=2"):
+        _ask(_answering(200, _completion({}, ["a"])), n=2)
 
 
 def test_a_run_whose_server_goes_away_resumes_from_its_checkpoint(tiny):

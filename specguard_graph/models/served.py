@@ -29,17 +29,40 @@ def is_served(path: object) -> bool:
     )
 
 
-def _token_logprobs(logprobs: Any) -> list[float] | None:
-    """Classic completions log-probs (vLLM, SGLang: `token_logprobs`) or llama.cpp's
-    chat-style `content` list."""
+def _token_logprobs(logprobs: Any) -> tuple[list[float], list[str]] | None:
+    """(log-probs, token texts) from classic completions log-probs (vLLM, SGLang:
+    `token_logprobs`, `tokens`) or llama.cpp's chat-style `content` list."""
     if logprobs is None:
         return None
     data = logprobs if isinstance(logprobs, dict) else logprobs.model_dump()
     if data.get("token_logprobs") is not None:
-        return [float(x) for x in data["token_logprobs"] if x is not None]
+        pairs = zip(
+            data["token_logprobs"],
+            data.get("tokens") or [None] * len(data["token_logprobs"]),
+            strict=False,
+        )
+        kept = [(float(x), str(t)) for x, t in pairs if x is not None]
+        return [x for x, _ in kept], [t for _, t in kept]
     if data.get("content") is not None:
-        return [float(t["logprob"]) for t in data["content"]]
+        return [float(t["logprob"]) for t in data["content"]], [
+            str(t.get("token")) for t in data["content"]
+        ]
     return None
+
+
+def _ended(choice: Any, tokens: list[str]) -> str:
+    """Why the engine stopped: the delimiter, EOS or the token limit. OpenAI's finish_reason
+    says "stop" for both of the first two; each engine tells them apart its own way."""
+    if choice.finish_reason == "length":
+        return "length"
+    extra = choice.model_extra or {}
+    if "stop_reason" in extra:  # vLLM: the stop string matched, or None at EOS
+        return "eos" if extra["stop_reason"] is None else "delimiter"
+    if "matched_stop" in extra:  # SGLang: the string matched, or EOS's token id
+        return "delimiter" if isinstance(extra["matched_stop"], str) else "eos"
+    if tokens and tokens[-1] == "":  # llama.cpp: EOS comes back as the last token, no text
+        return "eos"
+    return "delimiter"
 
 
 class ServerTemplate:
@@ -148,15 +171,16 @@ class ServedStepModel(CallableStepModel):
             stop=[delimiter], max_tokens=max_new_tokens, temperature=temperature,
             top_p=top_p, seed=seed, logprobs=1,
         )  # fmt: skip
+        if len(r.choices) != n:  # an engine that ignores `n` (or caps it)
+            raise ModelLoadError(f"{self.name}: {len(r.choices)} completions for n={n}")
         out: list[StepOutput | str] = []
         for choice in sorted(r.choices, key=lambda c: c.index):
-            lps = _token_logprobs(choice.logprobs)
-            if lps is None:
+            got = _token_logprobs(choice.logprobs)
+            if got is None:
                 raise ModelLoadError(f"{self.name}: the response carries no log-probs")
-            # "stop" is the delimiter or EOS (engines do not say which); the spec's is_final
-            # still ends the answer on its own marker
-            ended = "length" if choice.finish_reason == "length" else "delimiter"
-            out.append(StepOutput(text=choice.text, token_logprobs=lps, ended=ended))
+            lps, tokens = got
+            out.append(StepOutput(text=choice.text, token_logprobs=lps,
+                                  ended=_ended(choice, tokens)))  # fmt: skip
         return out
 
     def _candidate(self, o: StepOutput, delimiter: str, max_new_tokens: int) -> Candidate:
