@@ -1,9 +1,9 @@
 """`langgraph dev` serves the graph offline and streams the custom step events."""
 
+import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,55 +12,41 @@ import httpx
 import pytest
 from conftest import stop, wait_until_up
 
+from specguard_graph.models.llamacpp import LlamaServer, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@contextlib.contextmanager
+def langgraph_dev(tmp: Path, config: dict, **env_extra: str):
+    """`langgraph dev` on a free port, serving studio.py with `config` and `env_extra`."""
     exe = Path(sys.executable).parent / "langgraph"
     if not exe.exists() and not shutil.which("langgraph"):
         pytest.fail("langgraph-cli[inmem] is a dev dependency: `make setup` installs it")
     port = free_port()
-    cfg = tmp_path_factory.mktemp("cfg") / "config.json"
-    cfg.write_text(json.dumps({"k": 3, "max_steps": 4, "max_step_tokens": 16}))
-    env = {
-        **os.environ,
-        "SPECGUARD_CONFIG": str(cfg),
-        "SPECGUARD_STUDIO_MODELS": "tiny",
-        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-        "LANGGRAPH_NO_VERSION_CHECK": "true",
-        "HF_HUB_OFFLINE": "1",
-    }
-    log = tmp_path_factory.mktemp("studio") / "server.log"
+    cfg = tmp / "config.json"
+    cfg.write_text(json.dumps(config))
+    env = {**os.environ, "SPECGUARD_CONFIG": str(cfg), "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+           "LANGGRAPH_NO_VERSION_CHECK": "true", "HF_HUB_OFFLINE": "1", **env_extra}  # fmt: skip
+    log = tmp / "server.log"
     with log.open("w") as sink:
-        proc = subprocess.Popen(
-            [
-                str(exe),
-                "dev",
-                "--no-browser",
-                "--no-reload",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
+        proc = subprocess.Popen([str(exe), "dev", "--no-browser", "--no-reload", "--host",
+                                 "127.0.0.1", "--port", str(port)], cwd=ROOT, env=env,
+                                stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(f"{url}/ok", proc, f"langgraph dev ({log})")
         yield url
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    config = {"k": 3, "max_steps": 4, "max_step_tokens": 16}
+    with langgraph_dev(tmp_path_factory.mktemp("studio"), config,
+                       SPECGUARD_STUDIO_MODELS="tiny") as url:  # fmt: skip
+        yield url
 
 
 def test_a_run_through_the_api_streams_the_step_events(server):
@@ -103,3 +89,36 @@ def test_studio_shows_the_per_run_settings_and_a_run_can_set_them(server):
     out = httpx.post(f"{server}/runs/wait", json=body, timeout=120).json()
     assert [s["source"] for s in out["steps"]] == ["draft", "draft"]
     assert all(len(s["candidates"]) == 1 for s in out["steps"])
+
+
+def test_a_parent_graph_calls_the_served_graph_through_remote_graph(tmp_path):
+    """Scale-out: the graph runs under LangGraph's server with served models (the worker
+    holds no LLM weights); a parent graph calls it as a node through RemoteGraph."""
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+    from langgraph.pregel.remote import RemoteGraph
+
+    from specguard_graph.models.install import gguf_path
+    from specguard_graph.models.registry import DRAFT
+
+    if not gguf_path(DRAFT).exists():
+        pytest.fail(f"{gguf_path(DRAFT)} is missing: run `specguard models install`")
+    config = {"k": 2, "beta": 1.0, "max_steps": 3, "max_step_tokens": 24, "seed": 1}
+    with (
+        LlamaServer(gguf_path(DRAFT), parallel=2, ctx=1024) as llm,
+        langgraph_dev(tmp_path, config, SPECGUARD_DRAFT=llm, SPECGUARD_TARGET=llm) as url,
+    ):
+
+        class Parent(TypedDict, total=False):
+            question: str
+            answer: str | None
+            steps: list
+
+        remote = RemoteGraph("specguard", url=url)
+        parent = StateGraph(Parent)
+        parent.add_node("specguard", remote)
+        parent.add_edge(START, "specguard")
+        out = parent.compile().invoke({"question": "What is 2 + 3?"})
+    assert 1 <= len(out["steps"]) <= 3
+    assert all(s["logprob"] is not None and s["grounding"] is None for s in out["steps"])
