@@ -135,7 +135,8 @@ def concurrency(a: argparse.Namespace) -> None:
     with ExitStack() as stack:
         urls = servers(stack, a)
         draft, target = ServedStepModel(urls["draft"]), ServedStepModel(urls["target"])
-        cfg = SpecGuardConfig(k=a.k, beta=1.0, seed=0, max_total_tokens=a.max_tokens)
+        cfg = SpecGuardConfig(k=a.k, beta=1.0, seed=0, max_total_tokens=a.max_tokens,
+                              temperature=a.temperature)  # fmt: skip
         graph = build_graph(draft, target, embedder=load_embedder(), config=cfg).compile()
 
         def one(i: int) -> str:
@@ -178,6 +179,7 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=5)
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--limit", type=int, default=50)
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--methods", default="target,sd,specguard-logprob-only,"
