@@ -101,9 +101,51 @@ def test_bench_records_keep_each_step_and_evidence_reads_them(tmp_path, model_ar
     for row in ("grounding (ABGV)", "log-prob (LPBV, min)", "vote share", "score (β-mix)"):
         assert f"| {row} |" in md
     assert (out / "evidence_roc.png").exists()
+    target = model_args[model_args.index("--target") + 1]
+    res = CliRunner().invoke(app, ["evidence", str(out), "--draws", "200", "--annotate",
+                                   "--target", target, "--quantize", "none"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    notes = [json.loads(x) for x in (out / "target_labels.jsonl").open()]
+    assert len(notes) == 3 and sum(len(n["steps"]) for n in notes) == steps
+    for n in notes:
+        for v in n["steps"].values():
+            assert v["target_logprob_min"] <= v["target_logprob_mean"] <= 0
+            assert 0 <= v["judge"] <= 1
+    md = (out / "evidence.md").read_text()
+    assert "| judge ≥ 5 of 9 |" in md.splitlines()[4]  # the header gains the judge label
+    assert "| target log-prob min |" in md and "| target log-prob mean |" in md
+    from specguard_graph.evidence.report import units
+
+    scored = [c for _, rows in units(out, None) for _, c, _ in rows]
+    assert len(scored) == steps and all("judge" in c and "target_logprob_min" in c for c in scored)
 
 
 def test_evidence_without_step_records_is_one_line(tmp_path):
     (tmp_path / "target.jsonl").write_text('{"id": "1", "answer": "2", "correct": true}\n')
     res = CliRunner().invoke(app, ["evidence", str(tmp_path)])
     assert res.exit_code == 2 and "no step records" in res.stderr
+
+
+def test_the_target_scores_each_draft_step_in_its_own_context(tiny):
+    """Known answer: the offline annotation equals one plain forward of the whole text."""
+    import torch
+
+    from specguard_graph.evidence.annotate import SPEC, problem_labels
+
+    target = tiny.target
+    steps = [
+        {"text": "First 2 + 2 = 4.", "ended": "delimiter", "selected": 0,
+         "candidate_signals": [{"text": "First 2 + 2 = 4."}]},
+        {"text": "So 5.", "ended": "eos", "selected": 1,
+         "candidate_signals": [{"text": "x"}, {"text": "Then 4 + 1 = 5."}]},
+    ]  # fmt: skip
+    notes = problem_labels(target, "What is 2 + 2 + 1?", steps)
+    prompt = SPEC.render_prompt("What is 2 + 2 + 1?", target.tokenizer)
+    context = target.encode(prompt + "First 2 + 2 = 4." + SPEC.delimiter)
+    step = target.encode("Then 4 + 1 = 5.")
+    with torch.inference_mode():
+        logits = target.model(input_ids=torch.tensor([context + step])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)[len(context) - 1 : -1].gather(1, torch.tensor(step)[:, None])
+    assert notes["1"]["target_logprob_mean"] == pytest.approx(float(lp.mean()), abs=1e-4)
+    assert notes["1"]["target_logprob_min"] == pytest.approx(float(lp.min()), abs=1e-4)
+    assert set(notes) == {"0", "1"} and 0 <= notes["0"]["judge"] <= 1

@@ -9,7 +9,24 @@ import typer
 from rich.console import Console
 
 from ..errors import SpecGuardError
-from .common import fail
+from .common import Quantize, QuantizeOpt, TargetPath, err, fail
+
+
+def _annotate(results: Path, names: list[str] | None, target: str | None,
+              quantize: Quantize) -> None:  # fmt: skip
+    from rich.progress import MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from ..evidence.annotate import annotate
+    from ..models.loading import load_lm
+
+    with err.status("loading the target…"):
+        lm = load_lm("target", target, quantize=quantize.value)  # type: ignore[arg-type]
+    if not getattr(lm, "can_score", False):
+        raise SpecGuardError("--annotate needs a local target that scores text, not a server")
+    with Progress(*Progress.get_default_columns()[:2], MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=err) as progress:  # fmt: skip
+        task = progress.add_task("annotating problems", total=None)
+        annotate(results, lm, names, lambda d, t: progress.update(task, completed=d, total=t))
 
 
 def evidence(
@@ -18,6 +35,16 @@ def evidence(
         str | None, typer.Option(help="comma-separated methods (default: every JSONL there)")
     ] = None,
     draws: Annotated[int, typer.Option(help="bootstrap resamples of problems", min=100)] = 1000,
+    annotate: Annotated[
+        bool,
+        typer.Option(
+            "--annotate",
+            help="first compute the target's log-probs and 0–9 rating of every draft step "
+            "(loads the target; resumable)",
+        ),
+    ] = False,
+    target: TargetPath = None,
+    quantize: QuantizeOpt = Quantize.auto,
 ) -> None:
     """AUROC [95 % CI] of every signal against every step label; writes evidence.md and
     evidence_roc.png into RESULTS."""
@@ -27,6 +54,8 @@ def evidence(
         if not results.is_dir():
             raise SpecGuardError(f"{results} is not a results directory")
         names = [m.strip() for m in methods.split(",")] if methods else None
+        if annotate:
+            _annotate(results, names, target, quantize)
         problems = units(results, names)
         md, curves = table(problems, draws=draws)
         steps = sum(len(rows) for _, rows in problems)

@@ -20,6 +20,8 @@ SIGNALS: dict[str, Callable[[Step, dict[str, Any]], float | None]] = {
     "log-prob mean": lambda s, c: c.get("logprob_mean"),
     "score (β-mix)": lambda s, c: s.get("score"),
     "vote share": lambda s, c: c.get("vote"),
+    "target log-prob min": lambda s, c: c.get("target_logprob_min"),
+    "target log-prob mean": lambda s, c: c.get("target_logprob_mean"),
     "step length (−tokens)": lambda s, c: -float(c.get("tokens") or 0),
     "no code": lambda s, c: float(not labels.contains_code(c.get("text", ""))),
 }
@@ -27,6 +29,7 @@ SIGNALS: dict[str, Callable[[Step, dict[str, Any]], float | None]] = {
 LABELS: dict[str, Callable[[Step, dict[str, Any], bool], bool | None]] = {
     "arithmetic": lambda s, c, right: labels.arithmetic(c.get("text", "")),
     "no fabricated output": lambda s, c, right: not labels.fabricated_output(c.get("text", "")),
+    "judge ≥ 5 of 9": lambda s, c, right: None if c.get("judge") is None else c["judge"] >= 5 / 9,
     "problem ends right": lambda s, c, right: right,
 }
 
@@ -35,8 +38,12 @@ def units(
     results_dir: Path, methods: list[str] | None
 ) -> list[tuple[str, list[tuple[Step, dict, bool]]]]:
     """(problem key, [(step record, scored candidate, problem correct)]) from every SpecGuard
-    method's JSONL; the scored candidate is the selected draft candidate, whatever replaced it."""
-    files = sorted(results_dir.glob("*.jsonl"))
+    method's JSONL; the scored candidate is the selected draft candidate, whatever replaced it,
+    with the target's annotations of it (`annotate.py`) where they were computed."""
+    from .annotate import FILE, load
+
+    notes = load(results_dir)
+    files = [f for f in sorted(results_dir.glob("*.jsonl")) if f.name != FILE]
     if methods:
         files = [f for f in files if f.stem in methods]
     problems = []
@@ -44,12 +51,14 @@ def units(
         for rec in ResultLog(f, key="id").done().values():
             steps = rec.get("step_records") or []
             rows = []
-            for s in steps:
+            key = f"{f.stem}/{rec['id']}"
+            for i, s in enumerate(steps):
                 cands = s.get("candidate_signals") or []
                 if cands and s.get("selected") is not None and s["selected"] < len(cands):
-                    rows.append((s, cands[s["selected"]], bool(rec.get("correct"))))
+                    scored = {**cands[s["selected"]], **notes.get(key, {}).get(str(i), {})}
+                    rows.append((s, scored, bool(rec.get("correct"))))
             if rows:
-                problems.append((f"{f.stem}/{rec['id']}", rows))
+                problems.append((key, rows))
     if not problems:
         raise InputError(
             f"{results_dir}: no step records (run `specguard bench` on SpecGuard methods)"
