@@ -114,6 +114,7 @@ def test_bench_records_keep_each_step_and_evidence_reads_them(tmp_path, model_ar
     md = (out / "evidence.md").read_text()
     assert "| judge ≥ 5 of 9 |" in md.splitlines()[4]  # the header gains the judge label
     assert "| target log-prob min |" in md and "| target log-prob mean |" in md
+    assert "Decision rules scored on problems they were not fitted on" in md
     from specguard_graph.evidence.report import units
 
     scored = [c for _, rows in units(out, None) for _, c, _ in rows]
@@ -149,3 +150,30 @@ def test_the_target_scores_each_draft_step_in_its_own_context(tiny):
     assert notes["1"]["target_logprob_mean"] == pytest.approx(float(lp.mean()), abs=1e-4)
     assert notes["1"]["target_logprob_min"] == pytest.approx(float(lp.min()), abs=1e-4)
     assert set(notes) == {"0", "1"} and 0 <= notes["0"]["judge"] <= 1
+
+
+def test_a_combiner_scored_on_held_out_problems_beats_each_signal_when_both_matter():
+    """Known answer: a step is good when a + b > 0, a and b independent: each alone ranks
+    steps partly (AUROC ~0.75), the logistic combiner, fitted on other problems, nearly
+    perfectly; a label unrelated to both stays at chance."""
+    import random
+
+    from specguard_graph.evidence.rules import held_out
+
+    rng = random.Random(0)
+    problems = []
+    for p in range(40):
+        rows = []
+        for _ in range(10):
+            a, b = rng.gauss(0, 1), rng.gauss(0, 1)
+            rows.append(({"a": a, "b": b}, {"noise": rng.random() < 0.5}, False))
+        problems.append((f"p{p}", rows))
+    signals = {"a": lambda s, c: s["a"], "b": lambda s, c: s["b"],
+               "absent": lambda s, c: None}  # fmt: skip
+    labels = {"a + b > 0": lambda s, c, r: s["a"] + s["b"] > 0,
+              "noise": lambda s, c, r: c["noise"]}  # fmt: skip
+    res = held_out(problems, signals, labels)
+    assert "absent" not in res  # a signal missing on some step takes no part
+    assert res["logistic (all signals)"]["a + b > 0"] > 0.97
+    assert 0.65 < res["a"]["a + b > 0"] < 0.85 and 0.65 < res["b"]["a + b > 0"] < 0.85
+    assert abs(res["logistic (all signals)"]["noise"] - 0.5) < 0.1

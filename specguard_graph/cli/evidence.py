@@ -65,6 +65,16 @@ def evidence(
             f"{steps} scored draft steps from {len(problems)} (method, problem) runs; cell: AUROC "
             "[95 % bootstrap CI over problems] (good / bad steps); 0.5 is chance.\n\n" + md
         )
+        from ..evidence import rules
+        from ..evidence.report import LABELS, SIGNALS
+
+        fitted = rules.held_out(problems, SIGNALS, LABELS)
+        if fitted:
+            text += (
+                "\nDecision rules scored on problems they were not fitted on (5-fold "
+                "cross-validation over problems, held-out scores pooled): AUROC.\n\n"
+                + rules.markdown(fitted, list(LABELS))
+            )
         (results / "evidence.md").write_text(text)
         plot(curves, results / "evidence_roc.png")
         Console().print(text)
