@@ -129,3 +129,17 @@ def test_bench_methods_with_program_steps(tiny):
     assert out["answer"] == "72" and out["tool_steps"] == 1 and out["target_steps"] == 0
     tool = next(s for s in out["step_records"] if s["source"] == "tool")
     assert tool["observation"]["stdout"] == "72\n"
+
+
+def test_the_bench_summary_counts_the_steps_execution_caught(tiny):
+    from specguard_graph.bench.program_stats import program_markdown
+
+    bad = "```python\nprint(48 / 0)\n```"
+    recs = {}
+    for i, draft in enumerate((scripted(bad, "done \\boxed{1}"), scripted(CODE, "\\boxed{72}"))):
+        out = run(tiny, draft, max_steps=1)
+        recs[str(i)] = {"step_records": out["steps"], "correct": i == 1}
+    md = program_markdown({"specguard-program": recs, "target-program": recs})
+    assert "execution sent 1 of 2 draft steps (50.0 %)" in md and "program failed: 1" in md
+    assert "the 1 problems with such a step ended right 0 times" in md
+    assert "target-program" not in md  # one model alone: nothing is sent anywhere

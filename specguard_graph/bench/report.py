@@ -232,7 +232,9 @@ def write_summary(out: Path, names: list[str], command: str, *, sweep: bool) -> 
     if not rows:
         raise InputError(f"no finished results for {', '.join(names)} in {out}")
     summary = markdown(rows, command)
-    for extra in (paired_markdown(results), lossless_markdown(results)):
+    from .program_stats import program_markdown
+
+    for extra in (paired_markdown(results), lossless_markdown(results), program_markdown(results)):
         if extra:
             summary += "\n" + extra
     (out / "summary.md").write_text(summary)
