@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -186,6 +187,7 @@ def main() -> None:
                     "specguard-greedy@beta=1")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/gsm8k-served"))
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
     {"demo": demo, "overhead": overhead, "concurrency": concurrency, "bench": bench}[a.part](a)
 
 

@@ -186,24 +186,23 @@ def test_a_run_whose_server_goes_away_resumes_from_its_checkpoint(tiny):
         server.__exit__()
 
 
-def test_concurrent_runs_against_one_server_equal_serial_runs(served, tiny):
-    """What a server is for: several graph runs at once, each its own thread id; greedy, each
-    ends as it does alone. (Sampled runs can differ: llama.cpp's CPU backend is not batch-
-    invariant — a request's log-probs move by up to ~0.08 when others share its batch,
-    `benchmarks/served.py concurrency` — so a seeded draw near a tie can flip.)"""
+def test_concurrent_runs_against_one_server_stay_apart(served, tiny):
+    """What a server is for: several graph runs at once, each its own thread id, each reading
+    only its own context. (Not asserted: that each ends exactly as it does alone. llama.cpp's
+    CPU backend is not batch-invariant — a request's log-probs move by up to ~0.08 when others
+    share its batch — so long runs diverge; `benchmarks/served.py concurrency` measures it.)"""
     from concurrent.futures import ThreadPoolExecutor
 
     draft, target = ServedStepModel(served), ServedStepModel(served)
-    cfg = SpecGuardConfig(k=1, temperature=0.0, beta=1.0, tau=0.6, max_steps=2,
-                          max_step_tokens=16, seed=7)  # fmt: skip
+    cfg = SpecGuardConfig(k=2, beta=1.0, tau=0.5, max_steps=2, max_step_tokens=12, seed=7)
     graph = build_graph(draft, target, embedder=tiny.embedder, config=cfg).compile()
-    questions = [f"What is {a} + {b}?" for a, b in ((2, 3), (17, 25), (40, 2))]
+    words = ["4817", "2390", "7756", "9134"]
 
-    def one(i: int) -> list[tuple[str, str]]:
-        out = graph.invoke({"question": questions[i]}, {"configurable": {"thread_id": str(i)}})
-        return [(s["source"], s["text"]) for s in out["steps"]]
+    def one(word: str) -> str:
+        q = {"question": f"Repeat this number and nothing else: {word}"}
+        return str(graph.invoke(q, {"configurable": {"thread_id": word}})["text"]).lower()
 
-    serial = [one(i) for i in range(3)]
-    with ThreadPoolExecutor(3) as pool:
-        together = list(pool.map(one, range(3)))
-    assert together == serial and all(serial)
+    with ThreadPoolExecutor(len(words)) as pool:
+        texts = list(pool.map(one, words))
+    for word, text in zip(words, texts, strict=True):
+        assert word in text and not any(w in text for w in words if w != word), (word, text)
