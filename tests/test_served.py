@@ -206,3 +206,15 @@ def test_concurrent_runs_against_one_server_stay_apart(served, tiny):
         texts = list(pool.map(one, words))
     for word, text in zip(words, texts, strict=True):
         assert word in text and not any(w in text for w in words if w != word), (word, text)
+
+
+def test_a_served_draft_keeps_both_signals_when_a_local_target_scores_its_text(served, tiny):
+    """Engines return no attention: a local target re-reads the served draft's step (one
+    prefill) and gives grounding and log-prob for it, so β can stay below 1."""
+    draft = ServedStepModel(served)
+    cfg = SpecGuardConfig(k=2, beta=0.3, tau=0.0, signal_model="target", max_steps=2,
+                          max_step_tokens=16, seed=2)  # fmt: skip
+    out = build_graph(draft, tiny.target, embedder=tiny.embedder, config=cfg).compile().invoke(Q)
+    assert [s["source"] for s in out["steps"]] == ["draft"] * len(out["steps"])  # τ = 0
+    for s in out["steps"]:
+        assert s["grounding"] is not None and s["logprob"] is not None and s["score"] is not None
