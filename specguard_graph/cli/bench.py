@@ -41,6 +41,33 @@ class Dataset(StrEnum):
     champ = "champ"
 
 
+SdTarget = Annotated[
+    str | None,
+    typer.Option(
+        help="served target with its engine's own draft-model SD, for `sd` "
+        "(`specguard models serve target --speculative`)"
+    ),
+]
+ReportOnly = Annotated[
+    bool, typer.Option("--report-only", help="summarise what --out holds, run nothing")
+]
+HtmlDir = Annotated[
+    Path | None,
+    typer.Option(help="also write a run page per problem and method, and an index.html"),
+]
+
+
+def _check_outputs(out: Path, names: list[str], html_dir: Path | None) -> None:
+    """Everything the run will write can be written: checked before hours of solving."""
+    from ..bench.run import check_out
+
+    check_out(out, names)
+    if html_dir is not None:
+        from ..bench.pages import check_html_dir
+
+        check_html_dir(html_dir)
+
+
 def bench(
     dataset: Annotated[
         Dataset, typer.Option(help="gsm8k (the 100 original test problems) | gsm-symbolic | champ")
@@ -66,34 +93,17 @@ def bench(
     embedder: EmbedderPath = None,
     draft_model: DraftModel = None,
     target_model: TargetModel = None,
-    sd_target: Annotated[
-        str | None,
-        typer.Option(
-            help="served target with its engine's own draft-model SD, for `sd` "
-            "(`specguard models serve target --speculative`)"
-        ),
-    ] = None,
+    sd_target: SdTarget = None,
     quantize: QuantizeOpt = Quantize.auto,
-    report_only: Annotated[
-        bool, typer.Option("--report-only", help="summarise what --out holds, run nothing")
-    ] = False,
-    html_dir: Annotated[
-        Path | None,
-        typer.Option(help="also write a run page per problem and method, and an index.html"),
-    ] = None,
+    report_only: ReportOnly = False,
+    html_dir: HtmlDir = None,
 ) -> None:
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
     from ..bench.report import write_summary
 
     try:
         names = _methods(methods, taus)
-        from ..bench.run import check_out
-
-        check_out(out, names)
-        if html_dir is not None:  # before hours of solving, not after
-            from ..bench.pages import check_html_dir
-
-            check_html_dir(html_dir)
+        _check_outputs(out, names, html_dir)
         if not report_only:
             models = {"paths": (draft, target, embedder), "names": (draft_model, target_model),
                       "sd_target": sd_target, "quantize": quantize}  # fmt: skip
