@@ -111,7 +111,7 @@ def overhead(a: argparse.Namespace) -> None:
                 rows.append((wall, server, t.get("predicted_n", 0)))
                 model.adopt(pc, s, 0)
                 c = s.candidates[0]
-                if spec.is_final(c.text, eos=c.ended == "eos") or c.ended == "eos":
+                if spec.is_final(c.text, eos=c.ended == "eos"):
                     break
     extra = [w - s for w, s, _ in rows]
     share = statistics.median(e / w for e, (w, _, _) in zip(extra, rows, strict=True))

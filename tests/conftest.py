@@ -30,15 +30,10 @@ def real_pair():
 
 
 @pytest.fixture
-def model_args(tmp_path, tiny):
+def model_args(model_dirs):
     """The tiny pair saved as model dirs, as the CLI's --draft/--target/--embedder options."""
-    root = tmp_path / "models"
-    for name, lm in (("draft", tiny.draft), ("target", tiny.target)):
-        lm.model.save_pretrained(root / name)
-        lm.tokenizer.save_pretrained(root / name)
-    tiny.embedder.model.save(str(root / "embedder"))
-    return ["--draft", str(root / "draft"), "--target", str(root / "target"),
-            "--embedder", str(root / "embedder")]  # fmt: skip
+    return ["--draft", str(model_dirs / "draft"), "--target", str(model_dirs / "target"),
+            "--embedder", str(model_dirs / "embedder")]  # fmt: skip
 
 
 def wait_until_up(url: str, proc, what: str, timeout: float = 120.0) -> None:

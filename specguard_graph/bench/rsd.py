@@ -17,13 +17,24 @@ import torch
 from ..models import LocalCausalLM, PrefixCache
 from ..steps import ReasoningSteps, history
 
+SPEC = ReasoningSteps()
 JUDGE = (
     "Rate the last step of your answer so far: is it correct and useful for solving the "
     "problem? Reply with one digit from 0 (wrong) to 9 (certainly correct)."
 )
 
 
-def _digit_ids(lm: LocalCausalLM) -> list[int]:
+def judge_prompt(target: LocalCausalLM, question: str, so_far: str) -> str:
+    """The conversation so far with the judge's question as the next user turn."""
+    messages = [{"role": "system", "content": SPEC.system_prompt},
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": so_far},
+                {"role": "user", "content": JUDGE}]  # fmt: skip
+    return str(target.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True))  # fmt: skip
+
+
+def digit_ids(lm: LocalCausalLM) -> list[int]:
     ids = [lm.encode(str(d)) for d in range(10)]
     if any(len(i) != 1 for i in ids):
         raise ValueError(f"{lm.name}: digits are not single tokens; the judge needs them")
@@ -43,42 +54,30 @@ def judge(target: LocalCausalLM, pc: PrefixCache, prompt: str, digits: list[int]
 
 def rsd(draft: LocalCausalLM, target: LocalCausalLM, *, threshold: float = 0.7,
         max_steps: int = 48, max_step_tokens: int = 160, max_tokens: int = 512):  # fmt: skip
-    spec = ReasoningSteps()
-    digits = _digit_ids(target)
-
-    def chat(question: str, answer: str, with_judge: bool) -> str:
-        messages = [{"role": "system", "content": spec.system_prompt},
-                    {"role": "user", "content": question}]  # fmt: skip
-        if not with_judge:
-            return str(target.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True))  # fmt: skip
-        messages += [{"role": "assistant", "content": answer},
-                     {"role": "user", "content": JUDGE}]  # fmt: skip
-        return str(target.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True))  # fmt: skip
+    digits = digit_ids(target)
 
     def solve(question: str) -> dict[str, Any]:
         t0 = time.perf_counter()
-        dpc = draft.new_prefix(spec.render_prompt(question, draft.tokenizer))
-        tpc = target.new_prefix(spec.render_prompt(question, target.tokenizer))
+        dpc = draft.new_prefix(SPEC.render_prompt(question, draft.tokenizer))
+        tpc = target.new_prefix(SPEC.render_prompt(question, target.tokenizer))
         prompt_len = len(tpc.ids)
         steps: list[dict[str, Any]] = []
         used, draft_tokens, target_tokens = 0, 0, 0
         while len(steps) < max_steps and max_tokens - used >= 2:
             budget = min(max_step_tokens, max_tokens - used)
-            s = draft.sample(dpc, n=1, delimiter=spec.delimiter, max_new_tokens=budget,
+            s = draft.sample(dpc, n=1, delimiter=SPEC.delimiter, max_new_tokens=budget,
                              temperature=0.0)  # fmt: skip
             cand = s.candidates[0]
             draft_tokens += cand.n_tokens
-            so_far = history(spec.delimiter, steps) + cand.text
-            score = judge(target, tpc, chat(question, so_far, True), digits)
+            so_far = history(SPEC.delimiter, steps) + cand.text
+            score = judge(target, tpc, judge_prompt(target, question, so_far), digits)
             if score >= threshold:
                 draft.adopt(dpc, s, 0)
                 tpc.extend(cand.token_ids)
                 step = {"text": cand.text, "source": "draft", "score": score,
                         "ended": cand.ended}  # fmt: skip
             else:
-                t = target.sample(tpc, n=1, delimiter=spec.delimiter, max_new_tokens=budget,
+                t = target.sample(tpc, n=1, delimiter=SPEC.delimiter, max_new_tokens=budget,
                                   temperature=0.0, fork=False)  # fmt: skip
                 c = t.candidates[0]
                 target.adopt(tpc, t, 0)
@@ -88,11 +87,11 @@ def rsd(draft: LocalCausalLM, target: LocalCausalLM, *, threshold: float = 0.7,
                         "ended": c.ended}  # fmt: skip
             steps.append(step)
             used = len(tpc.ids) - prompt_len
-            if spec.is_final(step["text"], eos=step["ended"] == "eos"):
+            if SPEC.is_final(step["text"], eos=step["ended"] == "eos"):
                 break
-        text = history(spec.delimiter, steps)
+        text = history(SPEC.delimiter, steps)
         return {
-            "text": text, "answer": spec.extract_answer(text),
+            "text": text, "answer": SPEC.extract_answer(text),
             "latency_s": time.perf_counter() - t0, "steps": len(steps),
             "target_steps": sum(x["source"] == "target" for x in steps),
             "draft_tokens": draft_tokens, "target_tokens": target_tokens,

@@ -23,28 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from ..results import ResultLog
-from ..steps import ReasoningSteps, history
+from ..steps import ReasoningSteps, history, separator
 
 FILE = "target_labels.jsonl"
 SPEC = ReasoningSteps()
 
 
-def _judge_prompt(target: Any, question: str, so_far: str) -> str:
-    from ..bench.rsd import JUDGE
-
-    messages = [{"role": "system", "content": SPEC.system_prompt},
-                {"role": "user", "content": question},
-                {"role": "assistant", "content": so_far},
-                {"role": "user", "content": JUDGE}]  # fmt: skip
-    return str(target.tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True))  # fmt: skip
-
-
 def problem_labels(target: Any, question: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     """{step index: {target_logprob_min, target_logprob_mean, judge}} for one record."""
-    from ..bench.rsd import _digit_ids, judge
+    from ..bench.rsd import digit_ids, judge, judge_prompt
 
-    digits = _digit_ids(target)
+    digits = digit_ids(target)
     pc = target.new_prefix(SPEC.render_prompt(question, target.tokenizer))
     out: dict[str, Any] = {}
     for i, s in enumerate(steps):
@@ -54,12 +43,11 @@ def problem_labels(target: Any, question: str, steps: list[dict[str, Any]]) -> d
             text = cands[sel]["text"]
             lps, _ = target.score(pc, target.encode(text), frozenset())
             so_far = history(SPEC.delimiter, steps[:i]) + text
-            rating = judge(target, pc, _judge_prompt(target, question, so_far), digits)
+            rating = judge(target, pc, judge_prompt(target, question, so_far), digits)
             out[str(i)] = {"target_logprob_min": min(lps) if lps else None,
                            "target_logprob_mean": statistics.fmean(lps) if lps else None,
                            "judge": rating}  # fmt: skip
-        pc.extend(target.encode(s["text"] + (SPEC.delimiter if s.get("ended") == "delimiter"
-                                              else "")))  # fmt: skip
+        pc.extend(target.encode(s["text"] + separator(SPEC.delimiter, s.get("ended", ""))))
     return out
 
 
