@@ -8,6 +8,9 @@ Parts (each prints its numbers; all servers are started here, on 127.0.0.1, and 
   minus the compute the server reports for the request (`timings`), per step, median.
 * `concurrency`: N graph runs against one served draft and target, one after another and then
   at once (threads, one thread id each), same seeds: throughput ratio and equal outputs.
+* `calibrate`: `specguard calibrate` on served models (β = 1: engines return no attention),
+  on fresh gsm-symbolic dev problems; prints the fitted τ and the same rule on the default
+  log-prob range, as a bench method name (`specguard-logprob-only@tau=…`).
 * `bench`: `specguard bench` on served models, the anchors beside SpecGuard: llama.cpp
   target-only (`target`), llama.cpp's own draft-model speculative decoding (`sd`, a target
   server with the draft GGUF inside), and SpecGuard with served draft and target (log-prob
@@ -16,6 +19,7 @@ Parts (each prints its numbers; all servers are started here, on 127.0.0.1, and 
     .venv/bin/python benchmarks/served.py demo
     .venv/bin/python benchmarks/served.py overhead --steps 30
     .venv/bin/python benchmarks/served.py concurrency --runs 4
+    .venv/bin/python benchmarks/served.py calibrate --limit 10 --budget 0.3
     .venv/bin/python benchmarks/served.py bench --limit 50 --out benchmarks/results/gsm8k-served
 
 Each server gets `--threads` threads (2 = this machine's cores); only one is busy at a time
@@ -160,6 +164,30 @@ def concurrency(a: argparse.Namespace) -> None:
     )
 
 
+def calibrate(a: argparse.Namespace) -> None:
+    from specguard_graph import SpecGuardConfig
+    from specguard_graph.scoring import normalise
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    base, fitted = a.out / "calibrate-base.json", a.out / "calibrated.json"
+    SpecGuardConfig(k=a.k, beta=1.0, temperature=a.temperature,
+                    max_total_tokens=a.max_tokens).to_file(base)  # fmt: skip
+    with ExitStack() as stack:
+        urls = servers(stack, a)
+        cmd = [sys.executable, "-m", "specguard_graph.cli", "calibrate", "--limit", str(a.limit),
+               "--budget", str(a.budget), "--config", str(base), "--out", str(fitted),
+               "--draft", urls["draft"], "--target", urls["target"]]  # fmt: skip
+        print("#", " ".join(cmd[2:]), flush=True)
+        subprocess.run(cmd, check=True)
+    cfg = SpecGuardConfig.from_file(fitted)
+    lo, hi = cfg.logprob_range  # β = 1: accept iff the step's min log-prob ≥ this
+    threshold = lo + cfg.tau * (hi - lo)
+    tau = normalise(threshold, *SpecGuardConfig().logprob_range)
+    print(
+        f"accept when min log-prob >= {threshold:.3f}: method specguard-logprob-only@tau={tau:.3f}"
+    )
+
+
 def bench(a: argparse.Namespace) -> None:
     with ExitStack() as stack:
         urls = servers(stack, a, spec=True)
@@ -173,7 +201,7 @@ def bench(a: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=["demo", "overhead", "concurrency", "bench"])
+    ap.add_argument("part", choices=["demo", "overhead", "concurrency", "calibrate", "bench"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=4, help="server slots")
     ap.add_argument("--steps", type=int, default=30)
@@ -183,12 +211,15 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--limit", type=int, default=50)
     ap.add_argument("--max-tokens", type=int, default=512)
+    ap.add_argument("--budget", type=float, default=0.3, help="calibrate: target share")
     ap.add_argument("--methods", default="target,sd,specguard-logprob-only,"
                     "specguard-greedy@beta=1")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/gsm8k-served"))
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
-    {"demo": demo, "overhead": overhead, "concurrency": concurrency, "bench": bench}[a.part](a)
+    parts = {"demo": demo, "overhead": overhead, "concurrency": concurrency,
+             "calibrate": calibrate, "bench": bench}  # fmt: skip
+    parts[a.part](a)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,20 @@ def test_calibration_fits_ranges_and_tau_to_the_budget():
         fit(signals[:3], SpecGuardConfig(), budget=0.3)
 
 
+def test_calibration_without_grounding_fits_the_logprob_only_score():
+    """A served draft returns no attention: with β = 1 its steps still calibrate τ."""
+    from specguard_graph import SpecGuardConfig
+    from specguard_graph.bench.calibrate import fit
+
+    signals = [(None, -6.0 + 0.05 * i) for i in range(100)]
+    base = SpecGuardConfig(beta=1.0)
+    cfg, info = fit(signals, base, budget=0.25)
+    assert cfg.grounding_range == base.grounding_range and cfg.logprob_range[0] < -5.0
+    assert info["steps"] == 100 and info["dev_target_share"] == pytest.approx(0.25, abs=0.02)
+    with pytest.raises(ValueError, match="got 0"):  # β < 1 needs grounding on every step
+        fit(signals, SpecGuardConfig(beta=0.3), budget=0.25)
+
+
 def test_calibrate_command_writes_a_config_solve_accepts(tmp_path, model_args):
     from specguard_graph import SpecGuardConfig
 

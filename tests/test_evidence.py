@@ -119,6 +119,13 @@ def test_bench_records_keep_each_step_and_evidence_reads_them(tmp_path, model_ar
 
     scored = [c for _, rows in units(out, None) for _, c, _ in rows]
     assert len(scored) == steps and all("judge" in c and "target_logprob_min" in c for c in scored)
+    res = CliRunner().invoke(app, ["evidence", str(out), "--draws", "200", "--value", "2",
+                                   "--target", target, "--quantize", "none"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    values = [json.loads(x) for x in (out / "value_labels.jsonl").open()]
+    assert len(values) == 2 and all(isinstance(v["value_with"], bool)
+                                    for n in values for v in n["steps"].values())  # fmt: skip
+    assert "| value: target reaches gold from it |" in (out / "evidence.md").read_text()
 
 
 def test_evidence_without_step_records_is_one_line(tmp_path):
@@ -150,6 +157,35 @@ def test_the_target_scores_each_draft_step_in_its_own_context(tiny):
     assert notes["1"]["target_logprob_mean"] == pytest.approx(float(lp.mean()), abs=1e-4)
     assert notes["1"]["target_logprob_min"] == pytest.approx(float(lp.min()), abs=1e-4)
     assert set(notes) == {"0", "1"} and 0 <= notes["0"]["judge"] <= 1
+
+
+def test_the_value_label_compares_the_targets_continuation_with_and_without_the_step():
+    """Known answer: a target that answers 0 once the context holds a wrong turn, else 5."""
+    from specguard_graph import CallableStepModel
+    from specguard_graph.evidence.value import problem_values
+
+    calls = []
+
+    def target(prompt, n, **kw):
+        calls.append(prompt)
+        return [" so \\boxed{0}." if "wrong turn" in prompt else " so \\boxed{5}."]
+
+    steps = [
+        {"text": "2 + 2 = 4.", "ended": "delimiter", "selected": 0,
+         "candidate_signals": [{"text": "2 + 2 = 4.", "ended": "delimiter"}]},
+        {"text": "Then 4 + 1 = 5.", "ended": "delimiter", "source": "target", "selected": 1,
+         "candidate_signals": [{"text": "x"}, {"text": "A wrong turn.", "ended": "delimiter"}]},
+        {"text": "So \\boxed{5}.", "ended": "eos", "selected": 0,
+         "candidate_signals": [{"text": "So \\boxed{5}.", "ended": "eos"}]},
+    ]  # fmt: skip
+    values = problem_values(CallableStepModel(target), "2 + 2 + 1?", "5", steps, budget=64)
+    assert values == {
+        "0": {"value_with": True, "value_without": True},
+        "1": {"value_with": False, "value_without": True},  # the rejected draft step hurt
+        "2": {"value_with": True, "value_without": True},
+    }
+    # "without step i + 1" is "with step i" when step i was accepted: 5 prefixes, 5 calls
+    assert len(calls) == 5 and len(set(calls)) == 5
 
 
 def test_a_combiner_scored_on_held_out_problems_beats_each_signal_when_both_matter():

@@ -58,6 +58,13 @@ def test_bench_out_that_is_a_file_fails_before_the_models_load(tmp_path):
 
 
 # --- 3. text that is not UTF-8 --------------------------------------------------------------
+def test_brackets_in_an_error_are_printed_not_read_as_markup(tmp_path):
+    """`pip install 'specguard-graph[bench]'` once lost its `[bench]` to rich's markup."""
+    cfg = tmp_path / "run[bench]" / "config.json"
+    line = one_line_error(solve("--config", str(cfg), "q"))
+    assert "run[bench]" in line, line
+
+
 def test_a_question_that_is_not_utf8_is_refused():
     one_line_error(solve("caf\udce9?"), "not valid UTF-8")  # argv bytes 0xe9, surrogate-escaped
 

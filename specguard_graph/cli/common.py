@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from ..config import SpecGuardConfig
@@ -42,7 +43,8 @@ class OneLineErrors(TyperGroup):
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print the one-line error; the caller raises the returned Exit."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+    # the message is plain text: `pip install 'x[bench]'` must not be read as rich markup
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

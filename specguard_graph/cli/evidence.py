@@ -29,6 +29,22 @@ def _annotate(results: Path, names: list[str] | None, target: str | None,
         annotate(results, lm, names, lambda d, t: progress.update(task, completed=d, total=t))
 
 
+def _value(results: Path, names: list[str] | None, target: str | None, quantize: Quantize,
+           problems: int) -> None:  # fmt: skip
+    from rich.progress import MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from ..evidence.value import label_values
+    from ..models.loading import load_lm
+
+    with err.status("loading the target…"):
+        lm = load_lm("target", target, quantize=quantize.value)  # type: ignore[arg-type]
+    with Progress(*Progress.get_default_columns()[:2], MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=err) as progress:  # fmt: skip
+        task = progress.add_task("value labels", total=None)
+        label_values(results, lm, methods=names, problems=problems,
+                     progress=lambda d, t: progress.update(task, completed=d, total=t))  # fmt: skip
+
+
 def evidence(
     results: Annotated[Path, typer.Argument(help="a `specguard bench --out` directory")],
     methods: Annotated[
@@ -43,6 +59,15 @@ def evidence(
             "(loads the target; resumable)",
         ),
     ] = False,
+    value: Annotated[
+        int,
+        typer.Option(
+            "--value",
+            help="first label the steps of this many problems per method with the target's "
+            "greedy continuation with and without each step (a served target works; resumable)",
+            min=0,
+        ),
+    ] = 0,
     target: TargetPath = None,
     quantize: QuantizeOpt = Quantize.auto,
 ) -> None:
@@ -56,6 +81,8 @@ def evidence(
         names = [m.strip() for m in methods.split(",")] if methods else None
         if annotate:
             _annotate(results, names, target, quantize)
+        if value:
+            _value(results, names, target, quantize, value)
         problems = units(results, names)
         md, curves = table(problems, draws=draws)
         steps = sum(len(rows) for _, rows in problems)

@@ -58,7 +58,7 @@ def annotate(results_dir: Path, target: Any, methods: list[str] | None = None,
     done = log.done()
     todo = []
     for f in sorted(results_dir.glob("*.jsonl")):
-        if f.name == FILE or (methods and f.stem not in methods):
+        if f.name.endswith("_labels.jsonl") or (methods and f.stem not in methods):
             continue
         for rec in ResultLog(f, key="id").done().values():
             key = f"{f.stem}/{rec['id']}"

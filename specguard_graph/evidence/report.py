@@ -30,6 +30,12 @@ LABELS: dict[str, Callable[[Step, dict[str, Any], bool], bool | None]] = {
     "arithmetic": lambda s, c, right: labels.arithmetic(c.get("text", "")),
     "no fabricated output": lambda s, c, right: not labels.fabricated_output(c.get("text", "")),
     "judge ≥ 5 of 9": lambda s, c, right: None if c.get("judge") is None else c["judge"] >= 5 / 9,
+    "value: target reaches gold from it": lambda s, c, right: c.get("value_with"),
+    "value: helps (+1) vs hurts (−1)": lambda s, c, right: (
+        None
+        if c.get("value_with") is None or c["value_with"] == c["value_without"]
+        else c["value_with"]
+    ),
     "problem ends right": lambda s, c, right: right,
 }
 
@@ -39,11 +45,11 @@ def units(
 ) -> list[tuple[str, list[tuple[Step, dict, bool]]]]:
     """(problem key, [(step record, scored candidate, problem correct)]) from every SpecGuard
     method's JSONL; the scored candidate is the selected draft candidate, whatever replaced it,
-    with the target's annotations of it (`annotate.py`) where they were computed."""
-    from .annotate import FILE, load
+    with the target's annotations of it (`annotate.py`, `value.py`) where they were computed."""
+    from . import annotate, value
 
-    notes = load(results_dir)
-    files = [f for f in sorted(results_dir.glob("*.jsonl")) if f.name != FILE]
+    notes, values = annotate.load(results_dir), value.load(results_dir)
+    files = [f for f in sorted(results_dir.glob("*.jsonl")) if not f.name.endswith("_labels.jsonl")]
     if methods:
         files = [f for f in files if f.stem in methods]
     problems = []
@@ -55,7 +61,8 @@ def units(
             for i, s in enumerate(steps):
                 cands = s.get("candidate_signals") or []
                 if cands and s.get("selected") is not None and s["selected"] < len(cands):
-                    scored = {**cands[s["selected"]], **notes.get(key, {}).get(str(i), {})}
+                    scored = {**cands[s["selected"]], **notes.get(key, {}).get(str(i), {}),
+                              **values.get(key, {}).get(str(i), {})}  # fmt: skip
                     rows.append((s, scored, bool(rec.get("correct"))))
             if rows:
                 problems.append((key, rows))

@@ -1,0 +1,94 @@
+"""The value label: does a draft step help the target reach the gold answer?
+
+For step i of a record, the target continues greedily (to EOS or the token budget) from the
+prompt plus the steps accepted before it, once with the scored draft candidate appended and
+once without; each continuation is graded against the gold answer. The step's value is
+`reached(with) - reached(without)`: +1 it helped, -1 it hurt, 0 it changed nothing. The
+continuation without step i+1 is the one with step i whenever step i was accepted as drafted,
+so a problem costs about one target continuation per step, not two.
+
+Any target that generates works, a served one included (it needs no scores). Written to
+`value_labels.jsonl`, one line per record, resumable; it depends only on the records' text,
+not on the numerics that produced them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..bench.grade import grade
+from ..results import ResultLog
+from ..steps import ReasoningSteps, separator
+
+FILE = "value_labels.jsonl"
+SPEC = ReasoningSteps()
+NEVER = "\x00\x01never"  # no delimiter: the continuation runs to EOS or the budget
+
+
+def continuation_reaches(target: Any, prompt: str, prefix: str, gold: str, budget: int) -> bool:
+    """Does the target's greedy continuation of `prompt + prefix` reach `gold`?"""
+    pc = target.new_prefix(prompt)
+    if prefix:
+        target.append_text(pc, prefix)
+    s = target.sample(pc, n=1, delimiter=NEVER, max_new_tokens=budget, temperature=0.0,
+                      fork=False)  # fmt: skip
+    return grade(SPEC.extract_answer(prefix + s.candidates[0].text), gold)
+
+
+def problem_values(target: Any, question: str, gold: str, steps: list[dict[str, Any]],
+                   budget: int) -> dict[str, Any]:  # fmt: skip
+    """{step index: {value_with, value_without}} for every step with a scored draft candidate."""
+    prompt = SPEC.render_prompt(question, target.tokenizer)
+    seen: dict[str, bool] = {}
+
+    def reaches(prefix: str) -> bool:
+        if prefix not in seen:
+            seen[prefix] = continuation_reaches(target, prompt, prefix, gold, budget)
+        return seen[prefix]
+
+    out: dict[str, Any] = {}
+    prefix = ""
+    for i, s in enumerate(steps):
+        cands, sel = s.get("candidate_signals") or [], s.get("selected")
+        if cands and sel is not None and sel < len(cands) and cands[sel].get("text"):
+            step = cands[sel]["text"] + separator(SPEC.delimiter, cands[sel].get("ended", ""))
+            out[str(i)] = {"value_with": reaches(prefix + step), "value_without": reaches(prefix)}
+        prefix += s["text"] + separator(SPEC.delimiter, s.get("ended", ""))
+    return out
+
+
+Progress = Callable[[int, int], None]
+
+
+def label_values(results_dir: Path, target: Any, *, methods: list[str] | None = None,
+                 problems: int = 60, budget: int = 512,
+                 progress: Progress = lambda done, total: None) -> Path:  # fmt: skip
+    """Fill `value_labels.jsonl` for the first `problems` problems of every SpecGuard method's
+    records (resumable)."""
+    log = ResultLog(results_dir / FILE, key="key")
+    done = log.done()
+    todo = []
+    for f in sorted(results_dir.glob("*.jsonl")):
+        if f.name.endswith("_labels.jsonl") or (methods and f.stem not in methods):
+            continue
+        recs = [r for r in ResultLog(f, key="id").done().values() if r.get("step_records")]
+        for rec in recs[:problems]:
+            key = f"{f.stem}/{rec['id']}"
+            if rec.get("question") and rec.get("gold") is not None and key not in done:
+                todo.append((key, rec))
+    for n, (key, rec) in enumerate(todo):
+        values = problem_values(target, rec["question"], str(rec["gold"]), rec["step_records"],
+                                budget)  # fmt: skip
+        log.append({"key": key, "steps": values})
+        progress(n + 1, len(todo))
+    return results_dir / FILE
+
+
+def load(results_dir: Path) -> dict[str, dict[str, Any]]:
+    """{"method/id": {step index: {value_with, value_without}}} (empty when not labelled)."""
+    path = results_dir / FILE
+    if not path.exists():
+        return {}
+    return {k: v.get("steps") or {} for k, v in ResultLog(path, key="key").done().items()}
