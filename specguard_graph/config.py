@@ -56,6 +56,11 @@ class SpecGuardConfig(BaseModel):
         description="program steps: a draft step whose program raises, times out or prints "
         "nothing (or that writes its own output) is recomputed by the target, whatever its score",
     )
+    reject_fabricated_output: bool = Field(
+        False,
+        description="any steps: a draft step that writes a program's output block itself (a "
+        "result nothing executed) is recomputed by the target, whatever its score",
+    )
     interrupt_on_reject: bool = Field(
         False,
         description="pause on a rejected draft step; resume with accept, recompute or an edit",

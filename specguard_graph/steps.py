@@ -164,6 +164,15 @@ class ToolCallSteps:
         return None
 
 
+_OUTPUT_BLOCK = re.compile(r"```\s*output\b|^\s*output:\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def writes_output(text: str) -> bool:
+    """The text writes a program's output itself (an ```output block, or an "Output:" line):
+    a result nothing executed."""
+    return bool(_OUTPUT_BLOCK.search(text))
+
+
 PROGRAM_SYSTEM_PROMPT = (
     "Please reason step by step, separating steps with a blank line. You may write Python in a "
     "```python block that prints what you need: it is run for you, and its real output follows "
@@ -191,7 +200,7 @@ class ProgramSteps(ReasoningSteps):
     @staticmethod
     def fabricated(step: str) -> bool:
         """The step writes a program's output itself."""
-        return "```output" in step
+        return writes_output(step)
 
 
 STEP_SPECS: dict[str, StepSpec] = {

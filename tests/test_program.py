@@ -110,6 +110,24 @@ def test_an_output_block_the_model_writes_is_never_accepted(tiny):
     assert step["source"] == "target" and step["reason"] == "writes its own program output"
 
 
+def test_plain_steps_can_refuse_an_output_block_the_model_writes(tiny):
+    """The evidence rule for plain reasoning: an invented program output goes to the target."""
+    from specguard_graph.bench.methods import parse
+
+    def build(**cfg):
+        config = SpecGuardConfig(k=1, beta=1.0, tau=0.0, max_steps=1, max_step_tokens=64, **cfg)
+        draft = scripted("```python\nprint(6 * 12)\n```\n```output\n72\n```")
+        return build_graph(draft, tiny.target, config=config).compile().invoke(Q)
+
+    (step,) = build()["steps"]  # off by default: accepted at τ = 0
+    assert step["source"] == "draft"
+    (step,) = build(reject_fabricated_output=True)["steps"]
+    assert (
+        step["source"] == "target" and step["reason"] == "writes a program output nothing executed"
+    )
+    assert parse("specguard-refuse-fabricated")[0] == "specguard-refuse-fabricated"
+
+
 def test_plain_specs_keep_the_plain_graph(tiny):
     from specguard_graph import NODES
 

@@ -9,6 +9,8 @@ import itertools
 import operator
 import re
 
+from ..steps import writes_output
+
 _OPS = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.Pow: operator.pow,
@@ -24,7 +26,6 @@ _FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+)(?![\d,])")
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\\%|%)")
 _SIDE = r"[\d.\s+\-*/()^]*"  # what an arithmetic side of an equation may hold
-_OUTPUT_BLOCK = re.compile(r"```\s*output\b|^\s*output:\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def normalise(text: str) -> str:
@@ -97,9 +98,8 @@ def arithmetic(text: str) -> bool | None:
 
 
 def fabricated_output(text: str) -> bool:
-    """The step writes an output block itself (```output, or an "Output:" line): a program's
-    result that nothing executed."""
-    return bool(_OUTPUT_BLOCK.search(text))
+    """The step writes an output block itself: a program's result that nothing executed."""
+    return writes_output(text)
 
 
 def contains_code(text: str) -> bool:

@@ -15,6 +15,7 @@ from ..config import SpecGuardConfig
 from ..context import RunContext
 from ..scoring import decide_step
 from ..state import Decision, SpecGuardState
+from ..steps import writes_output
 from .common import Deps, Update, emit, step_index, timed
 
 
@@ -50,6 +51,12 @@ def decide(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -
     refused = (state.get("program") or {}).get("refused")
     if refused and cfg.reject_failed_programs and decision["accepted"]:
         decision.update(accepted=False, reason=refused)  # the score stays for the record
+    elif (
+        cfg.reject_fabricated_output
+        and decision["accepted"]
+        and writes_output(state["candidates"][state["selected"]]["text"])
+    ):
+        decision.update(accepted=False, reason="writes a program output nothing executed")
     if (
         cfg.adaptive_band is not None
         and cfg.k > 1
