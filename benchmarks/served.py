@@ -10,7 +10,8 @@ Parts (each prints its numbers; all servers are started here, on 127.0.0.1, and 
   at once (threads, one thread id each), same seeds: throughput ratio and equal outputs.
 * `calibrate`: `specguard calibrate` on served models (β = 1: engines return no attention),
   on fresh gsm-symbolic dev problems; prints the fitted τ and the same rule on the default
-  log-prob range, as a bench method name (`specguard-logprob-only@tau=…`).
+  log-prob range, as a bench method name (`specguard-logprob-only@tau=…`; with `--k 1
+  --temperature 0`, `specguard-greedy@beta=1+tau=…`).
 * `bench`: `specguard bench` on served models, the anchors beside SpecGuard: llama.cpp
   target-only (`target`), llama.cpp's own draft-model speculative decoding (`sd`, a target
   server with the draft GGUF inside), and SpecGuard with served draft and target (log-prob
@@ -19,8 +20,9 @@ Parts (each prints its numbers; all servers are started here, on 127.0.0.1, and 
     .venv/bin/python benchmarks/served.py demo
     .venv/bin/python benchmarks/served.py overhead --steps 30
     .venv/bin/python benchmarks/served.py concurrency --runs 4
-    .venv/bin/python benchmarks/served.py calibrate --limit 10 --budget 0.3
-    .venv/bin/python benchmarks/served.py bench --limit 50 --out benchmarks/results/gsm8k-served
+    .venv/bin/python benchmarks/served.py calibrate --limit 10 --budget 0.3 --k 1 --temperature 0
+    .venv/bin/python benchmarks/served.py bench --limit 50 --out benchmarks/results/gsm8k-served \
+        --methods target,sd,specguard-greedy@beta=1+tau=…  # τ as calibrate printed it
 
 Each server gets `--threads` threads (2 = this machine's cores); only one is busy at a time
 except in `concurrency`, where the N runs share them.
@@ -169,7 +171,7 @@ def calibrate(a: argparse.Namespace) -> None:
     from specguard_graph.scoring import normalise
 
     a.out.mkdir(parents=True, exist_ok=True)
-    base, fitted = a.out / "calibrate-base.json", a.out / "calibrated.json"
+    base, fitted = a.out / f"calibrate-base-k{a.k}.json", a.out / f"calibrated-k{a.k}.json"
     SpecGuardConfig(k=a.k, beta=1.0, temperature=a.temperature,
                     max_total_tokens=a.max_tokens).to_file(base)  # fmt: skip
     with ExitStack() as stack:
@@ -183,9 +185,13 @@ def calibrate(a: argparse.Namespace) -> None:
     lo, hi = cfg.logprob_range  # β = 1: accept iff the step's min log-prob ≥ this
     threshold = lo + cfg.tau * (hi - lo)
     tau = normalise(threshold, *SpecGuardConfig().logprob_range)
-    print(
-        f"accept when min log-prob >= {threshold:.3f}: method specguard-logprob-only@tau={tau:.3f}"
+    greedy = a.k == 1 and a.temperature == 0
+    method = (
+        f"specguard-greedy@beta=1+tau={tau:.3f}"
+        if greedy
+        else f"specguard-logprob-only@tau={tau:.3f}"
     )
+    print(f"accept when min log-prob >= {threshold:.3f}: method {method}")
 
 
 def bench(a: argparse.Namespace) -> None:
