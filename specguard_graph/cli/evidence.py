@@ -11,6 +11,24 @@ from rich.console import Console
 from ..errors import SpecGuardError
 from .common import Quantize, QuantizeOpt, TargetPath, err, fail
 
+AnnotateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--annotate",
+        help="first compute the target's log-probs and 0–9 rating of every draft step "
+        "(loads the target; resumable)",
+    ),
+]
+ValueOpt = Annotated[
+    int,
+    typer.Option(
+        "--value",
+        help="first label the steps of this many problems per method with the target's "
+        "greedy continuation with and without each step (a served target works; resumable)",
+        min=0,
+    ),
+]
+
 
 def _annotate(results: Path, names: list[str] | None, target: str | None,
               quantize: Quantize) -> None:  # fmt: skip
@@ -51,23 +69,8 @@ def evidence(
         str | None, typer.Option(help="comma-separated methods (default: every JSONL there)")
     ] = None,
     draws: Annotated[int, typer.Option(help="bootstrap resamples of problems", min=100)] = 1000,
-    annotate: Annotated[
-        bool,
-        typer.Option(
-            "--annotate",
-            help="first compute the target's log-probs and 0–9 rating of every draft step "
-            "(loads the target; resumable)",
-        ),
-    ] = False,
-    value: Annotated[
-        int,
-        typer.Option(
-            "--value",
-            help="first label the steps of this many problems per method with the target's "
-            "greedy continuation with and without each step (a served target works; resumable)",
-            min=0,
-        ),
-    ] = 0,
+    annotate: AnnotateOpt = False,
+    value: ValueOpt = 0,
     target: TargetPath = None,
     quantize: QuantizeOpt = Quantize.auto,
 ) -> None:
