@@ -39,9 +39,8 @@ from transformers import DynamicCache
 from specguard_graph.models import numerics
 from specguard_graph.models.hf import LocalCausalLM
 from specguard_graph.models.loading import OPTIONS, load_lm
-from specguard_graph.steps import ReasoningSteps
+from specguard_graph.steps import NEVER, ReasoningSteps
 
-NEVER = "\x00\x01never"  # a delimiter that never appears: every row runs the full length
 QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many "
     "clips in May. How many clips did Natalia sell altogether in April and May?"

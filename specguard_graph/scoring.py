@@ -41,6 +41,18 @@ def decide_step(grounding: float, logprob: float, config: SpecGuardConfig) -> De
     return Decision(g, lp, score, score >= config.tau)
 
 
+def decide_signals(
+    grounding: float | None, logprob: float | None, config: SpecGuardConfig
+) -> Decision:
+    """`decide_step` where a signal with zero weight (β = 1: grounding, β = 0: log-prob) is not
+    read, so it may be None (a served draft gives no attention)."""
+    g = grounding if config.beta < 1.0 else 0.0
+    lp = logprob if config.beta > 0.0 else -math.inf
+    if g is None or lp is None:
+        raise ValueError(f"beta={config.beta} weighs a signal this step does not have")
+    return decide_step(g, lp, config)
+
+
 def grounding_score(
     attentions: Sequence[torch.Tensor], prefix_len: int, *, sparsify: float = 0.01
 ) -> tuple[float, list[float]]:

@@ -164,6 +164,7 @@ class ToolCallSteps:
         return None
 
 
+NEVER = "\x00\x01never"  # a delimiter no text holds: the model runs to EOS or the budget
 _OUTPUT_BLOCK = re.compile(r"```\s*output\b|^\s*output:\s*$", re.IGNORECASE | re.MULTILINE)
 
 

@@ -7,14 +7,13 @@ put τ at the quantile of the combined score that sends `budget` of the steps to
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from typing import Any
 
 from ..config import SpecGuardConfig
 from ..graph import build_graph
-from ..scoring import decide_step
+from ..scoring import decide_signals
 from .data import Problem
 
 
@@ -53,8 +52,7 @@ def fit(
     g_range = _range([g for g, _ in used if g is not None], base.grounding_range)
     l_range = _range([lp for _, lp in used if lp is not None], base.logprob_range, log=True)
     cfg = base.replace(grounding_range=g_range, logprob_range=l_range)
-    scores = sorted(decide_step(g if need_g else 0.0, lp if need_lp else -math.inf, cfg).score
-                    for g, lp in used)  # fmt: skip
+    scores = sorted(decide_signals(g, lp, cfg).score for g, lp in used)
     tau = min(1.0, quantile(scores, budget)) if budget > 0 else 0.0
     cfg = cfg.replace(tau=tau)
     rejected = sum(s < tau for s in scores) / len(scores)

@@ -22,11 +22,10 @@ from ..context import RunContext
 from ..errors import ConfigError
 from ..graph import build_graph
 from ..models.hf import LocalCausalLM
-from ..steps import ProgramSteps, ReasoningSteps
+from ..steps import NEVER, ProgramSteps, ReasoningSteps
 
 Solve = Callable[[str], dict[str, Any]]
 SPEC = ReasoningSteps()
-NEVER = "\x00\x01never"  # plain decoding runs to EOS or the token budget
 
 ABLATIONS: dict[str, dict[str, Any]] = {
     "specguard": {},

@@ -18,12 +18,11 @@ text, not on the numerics that produced them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..results import ResultLog
 from ..steps import ReasoningSteps, history, separator
+from . import records
 
 FILE = "target_labels.jsonl"
 SPEC = ReasoningSteps()
@@ -37,10 +36,9 @@ def problem_labels(target: Any, question: str, steps: list[dict[str, Any]]) -> d
     pc = target.new_prefix(SPEC.render_prompt(question, target.tokenizer))
     out: dict[str, Any] = {}
     for i, s in enumerate(steps):
-        cands = s.get("candidate_signals") or []
-        sel = s.get("selected")
-        if cands and sel is not None and sel < len(cands) and cands[sel].get("text"):
-            text = cands[sel]["text"]
+        cand = records.scored_candidate(s)
+        if cand is not None and cand.get("text"):
+            text = cand["text"]
             lps, _ = target.score(pc, target.encode(text), frozenset())
             so_far = history(SPEC.delimiter, steps[:i]) + text
             rating = judge(target, pc, judge_prompt(target, question, so_far), digits)
@@ -52,28 +50,15 @@ def problem_labels(target: Any, question: str, steps: list[dict[str, Any]]) -> d
 
 
 def annotate(results_dir: Path, target: Any, methods: list[str] | None = None,
-             progress: Callable[[int, int], None] = lambda done, total: None) -> Path:  # fmt: skip
+             progress: records.Progress = lambda done, total: None) -> Path:  # fmt: skip
     """Fill `target_labels.jsonl` for every finished record with step records (resumable)."""
-    log = ResultLog(results_dir / FILE, key="key")
-    done = log.done()
-    todo = []
-    for f in sorted(results_dir.glob("*.jsonl")):
-        if f.name.endswith("_labels.jsonl") or (methods and f.stem not in methods):
-            continue
-        for rec in ResultLog(f, key="id").done().values():
-            key = f"{f.stem}/{rec['id']}"
-            if rec.get("step_records") and rec.get("question") and key not in done:
-                todo.append((key, rec))
-    for n, (key, rec) in enumerate(todo):
-        log.append({"key": key, "steps": problem_labels(target, rec["question"],
-                                                        rec["step_records"])})  # fmt: skip
-        progress(n + 1, len(todo))
-    return results_dir / FILE
+    return records.fill(
+        results_dir, FILE, methods,
+        lambda rec: problem_labels(target, rec["question"], rec["step_records"]),
+        wanted=lambda rec: bool(rec.get("question")), progress=progress,
+    )  # fmt: skip
 
 
 def load(results_dir: Path) -> dict[str, dict[str, Any]]:
     """{"method/id": {step index: annotations}} (empty when not annotated)."""
-    path = results_dir / FILE
-    if not path.exists():
-        return {}
-    return {k: v.get("steps") or {} for k, v in ResultLog(path, key="key").done().items()}
+    return records.load(results_dir, FILE)

@@ -46,22 +46,19 @@ def units(
     """(problem key, [(step record, scored candidate, problem correct)]) from every SpecGuard
     method's JSONL; the scored candidate is the selected draft candidate, whatever replaced it,
     with the target's annotations of it (`annotate.py`, `value.py`) where they were computed."""
-    from . import annotate, value
+    from . import annotate, records, value
 
     notes, values = annotate.load(results_dir), value.load(results_dir)
-    files = [f for f in sorted(results_dir.glob("*.jsonl")) if not f.name.endswith("_labels.jsonl")]
-    if methods:
-        files = [f for f in files if f.stem in methods]
     problems = []
-    for f in files:
+    for f in records.result_files(results_dir, methods):
         for rec in ResultLog(f, key="id").done().values():
             steps = rec.get("step_records") or []
             rows = []
             key = f"{f.stem}/{rec['id']}"
             for i, s in enumerate(steps):
-                cands = s.get("candidate_signals") or []
-                if cands and s.get("selected") is not None and s["selected"] < len(cands):
-                    scored = {**cands[s["selected"]], **notes.get(key, {}).get(str(i), {}),
+                cand = records.scored_candidate(s)
+                if cand is not None:
+                    scored = {**cand, **notes.get(key, {}).get(str(i), {}),
                               **values.get(key, {}).get(str(i), {})}  # fmt: skip
                     rows.append((s, scored, bool(rec.get("correct"))))
             if rows:

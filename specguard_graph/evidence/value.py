@@ -14,17 +14,15 @@ not on the numerics that produced them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..bench.grade import grade
-from ..results import ResultLog
-from ..steps import ReasoningSteps, separator
+from ..steps import NEVER, ReasoningSteps, separator
+from . import records
 
 FILE = "value_labels.jsonl"
 SPEC = ReasoningSteps()
-NEVER = "\x00\x01never"  # no delimiter: the continuation runs to EOS or the budget
 
 
 def continuation_reaches(target: Any, prompt: str, prefix: str, gold: str, budget: int) -> bool:
@@ -51,44 +49,28 @@ def problem_values(target: Any, question: str, gold: str, steps: list[dict[str, 
     out: dict[str, Any] = {}
     prefix = ""
     for i, s in enumerate(steps):
-        cands, sel = s.get("candidate_signals") or [], s.get("selected")
-        if cands and sel is not None and sel < len(cands) and cands[sel].get("text"):
-            step = cands[sel]["text"] + separator(SPEC.delimiter, cands[sel].get("ended", ""))
+        cand = records.scored_candidate(s)
+        if cand is not None and cand.get("text"):
+            step = cand["text"] + separator(SPEC.delimiter, cand.get("ended", ""))
             out[str(i)] = {"value_with": reaches(prefix + step), "value_without": reaches(prefix)}
         prefix += s["text"] + separator(SPEC.delimiter, s.get("ended", ""))
     return out
 
 
-Progress = Callable[[int, int], None]
-
-
 def label_values(results_dir: Path, target: Any, *, methods: list[str] | None = None,
                  problems: int = 60, budget: int = 512,
-                 progress: Progress = lambda done, total: None) -> Path:  # fmt: skip
+                 progress: records.Progress = lambda done, total: None) -> Path:  # fmt: skip
     """Fill `value_labels.jsonl` for the first `problems` problems of every SpecGuard method's
     records (resumable)."""
-    log = ResultLog(results_dir / FILE, key="key")
-    done = log.done()
-    todo = []
-    for f in sorted(results_dir.glob("*.jsonl")):
-        if f.name.endswith("_labels.jsonl") or (methods and f.stem not in methods):
-            continue
-        recs = [r for r in ResultLog(f, key="id").done().values() if r.get("step_records")]
-        for rec in recs[:problems]:
-            key = f"{f.stem}/{rec['id']}"
-            if rec.get("question") and rec.get("gold") is not None and key not in done:
-                todo.append((key, rec))
-    for n, (key, rec) in enumerate(todo):
-        values = problem_values(target, rec["question"], str(rec["gold"]), rec["step_records"],
-                                budget)  # fmt: skip
-        log.append({"key": key, "steps": values})
-        progress(n + 1, len(todo))
-    return results_dir / FILE
+    return records.fill(
+        results_dir, FILE, methods,
+        lambda rec: problem_values(target, rec["question"], str(rec["gold"]),
+                                   rec["step_records"], budget),
+        wanted=lambda rec: bool(rec.get("question")) and rec.get("gold") is not None,
+        limit=problems, progress=progress,
+    )  # fmt: skip
 
 
 def load(results_dir: Path) -> dict[str, dict[str, Any]]:
     """{"method/id": {step index: {value_with, value_without}}} (empty when not labelled)."""
-    path = results_dir / FILE
-    if not path.exists():
-        return {}
-    return {k: v.get("steps") or {} for k, v in ResultLog(path, key="key").done().items()}
+    return records.load(results_dir, FILE)

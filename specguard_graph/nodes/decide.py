@@ -7,13 +7,11 @@ with `interrupt_on_reject`) or target_recompute (rejected).
 
 from __future__ import annotations
 
-import math
-
 from langgraph.runtime import Runtime
 
 from ..config import SpecGuardConfig
 from ..context import RunContext
-from ..scoring import decide_step
+from ..scoring import decide_signals
 from ..state import Decision, SpecGuardState
 from ..steps import writes_output
 from .common import Deps, Update, emit, step_index, timed
@@ -33,7 +31,7 @@ def _decision(state: SpecGuardState, cfg: SpecGuardConfig) -> Decision:
     if errors or (need_g and g is None) or (need_lp and lp is None):
         return {"step": index, "accepted": False, "score": None, "grounding_norm": None,
                 "logprob_norm": None, "reason": "; ".join(errors) or "missing signal"}  # fmt: skip
-    d = decide_step(g if need_g else 0.0, lp if need_lp else -math.inf, cfg)
+    d = decide_signals(g, lp, cfg)
     return {
         "step": index,
         "accepted": d.accepted,
