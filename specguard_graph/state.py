@@ -52,6 +52,7 @@ class StepRecord(TypedDict, total=False):
     tau: float  # the threshold this step was decided against
     detail: dict[str, Any]  # the scored candidate per token: pieces, log-probs, grounding mass
     observation: dict[str, Any]  # a `tool` step: the program's real stdout, error, status, time
+    dropped: str | None  # what the step wrote after closing its program (`ProgramSteps.trim`)
 
 
 class Decision(TypedDict, total=False):

@@ -179,16 +179,28 @@ PROGRAM_SYSTEM_PROMPT = (
     "```python block that prints what you need: it is run for you, and its real output follows "
     "in an ```output block. Put your final answer within \\boxed{}."
 )
+# Asked in the user turn too: offered code in the system prompt alone, the served 1.5B Coder
+# wrote LaTeX on 15 of 15 gsm8k problems (greedy); asked here, it turns to Python.
+PROGRAM_REQUEST = (
+    "{question}\n\nSolve it with a Python program: write a ```python block that prints the "
+    "answer (it is run for you, and its output follows), then give the final answer within "
+    "\\boxed{{}}."
+)
 _PYTHON_BLOCK = re.compile(r"```python[^\n]*\n(.*?)```", re.DOTALL)
 
 
 @dataclass(frozen=True)
 class ProgramSteps(ReasoningSteps):
-    """Program-aided reasoning: a step that closes a ```python block has that block run for
-    real (`program/`), and the real output, never one the model writes, follows it."""
+    """Program-aided reasoning: a step that closes a ```python block ends at the closing fence
+    (`trim`), has that block run for real (`program/`), and the real output, never one the
+    model writes, follows it."""
 
     system_prompt: str = PROGRAM_SYSTEM_PROMPT
+    request: str = PROGRAM_REQUEST
     name: str = "program"
+
+    def render_prompt(self, question: str, tokenizer: Any) -> str:
+        return _chat_prompt(tokenizer, self.system_prompt, self.request.format(question=question))
 
     def program(self, done: str, step: str) -> str | None:
         """The Python block this step closes, given the response so far (None: it closes none)."""
@@ -197,6 +209,17 @@ class ProgramSteps(ReasoningSteps):
             if m.end() > len(done):
                 found = m.group(1)
         return found
+
+    def trim(self, done: str, step: str) -> str:
+        """The step up to the fence that closes its program: what a model writes after it (its
+        own "output", the answer that output leads to) would be a result nothing executed, so
+        it is dropped and written again after the real output."""
+        end = None
+        for m in _PYTHON_BLOCK.finditer(done + step):
+            if m.end() > len(done):
+                end = m.end() - len(done)
+                break
+        return step if end is None else step[:end]
 
     @staticmethod
     def fabricated(step: str) -> bool:

@@ -161,3 +161,63 @@ def test_the_bench_summary_counts_the_steps_execution_caught(tiny):
     assert "execution sent 1 of 2 draft steps (50.0 %)" in md and "program failed: 1" in md
     assert "the 1 problems with such a step ended right 0 times" in md
     assert "target-program" not in md  # one model alone: nothing is sent anywhere
+
+
+MADE_UP = "\n```output\n99\n```\nSo she sold \\boxed{99} clips."
+
+
+def by_observation(before: str, after: str, seen: list[str] | None = None):
+    """A model that writes `before` until a real output is in its context, then `after`;
+    `seen` collects every context it was given."""
+
+    def fn(prompt, n, **kw):
+        if seen is not None:
+            seen.append(prompt)
+        text = after if "```output\n72" in prompt else before
+        return [StepOutput(text=text, token_logprobs=[-0.1] * 4)] * n
+
+    return CallableStepModel(fn, has_logprobs=True)
+
+
+def test_a_step_ends_at_its_programs_closing_fence(tiny):
+    """A step that closes its program and goes on with an output (and answer) of its own is
+    cut at the fence: what it made up is kept aside, the real output follows, no model sees 99."""
+    seen: list[str] = []
+    draft = by_observation(CODE + MADE_UP, "So she sold \\boxed{72} clips.", seen)
+    out = run(tiny, draft, max_step_tokens=200)
+    assert [s["source"] for s in out["steps"]] == ["draft", "tool", "draft"]
+    first = out["steps"][0]
+    assert first["text"] == CODE and first["dropped"] == MADE_UP and not first["cut"]
+    assert out["steps"][1]["observation"]["stdout"] == "72\n" and out["answer"] == "72"
+    assert "99" not in out["text"] and not any("99" in p for p in seen)
+
+
+def test_a_target_step_ends_at_its_programs_closing_fence(tiny):
+    seen: list[str] = []
+    draft = by_observation("```python\nprint(48 / 0)\n```", "So she sold \\boxed{72} clips.", seen)
+    target = by_observation(CODE + MADE_UP, "unused", seen)
+    config = SpecGuardConfig(k=1, beta=1.0, tau=0.0, max_steps=5, max_step_tokens=200)
+    graph = build_graph(draft, target, steps=ProgramSteps(), config=config).compile()
+    out = graph.invoke(Q)
+    assert [s["source"] for s in out["steps"]] == ["target", "tool", "draft"]
+    first = out["steps"][0]
+    assert first["text"] == CODE and first["dropped"] == MADE_UP
+    assert out["answer"] == "72" and not any("99" in p for p in seen)
+
+
+def test_a_cut_target_step_leaves_the_kv_cache_as_if_only_the_kept_text_was_fed(tiny):
+    """The target adopts its sampled rows, then the step is cut: the cache must be cropped to
+    the kept text, so the next logits equal those of a fresh context holding just that text."""
+    import torch
+
+    model = tiny.target
+    prompt = "Question: what is 6 * 12?\nAnswer:\n"
+    pc = model.new_prefix(prompt)
+    sample = model.sample(pc, n=1, delimiter="\n\n", max_new_tokens=12, temperature=0.0,
+                          fork=False)  # fmt: skip
+    model.adopt(pc, sample, 0)
+    pc.ids = pc.ids[: len(pc.ids) - len(sample.candidates[0].token_ids)]
+    model.append_text(pc, CODE + "\n\n")
+    fresh = model.new_prefix(prompt + CODE + "\n\n")
+    assert pc.ids == fresh.ids
+    assert torch.allclose(model.next_logits(pc), model.next_logits(fresh), atol=1e-5)

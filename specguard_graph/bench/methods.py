@@ -121,7 +121,7 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int) -> So
 # what a bench record keeps of each step: enough to label steps and study the signals offline
 STEP_RECORD = ("index", "text", "source", "accepted", "cut", "ended", "grounding", "logprob",
                "score", "reason", "tokens", "time_s", "spent", "fed", "selected", "draft_text",
-               "candidate_signals", "observation")  # fmt: skip
+               "candidate_signals", "observation", "dropped")  # fmt: skip
 _GRAPHS: dict[tuple[int, int, int, str], Any] = {}  # one compiled graph per build-time config
 
 

@@ -28,6 +28,7 @@ def finish_step(
     source: str,
     ended: str,
     tokens: int,
+    dropped: str | None = None,
 ) -> Update:
     """Record a step (with the selected draft candidate's signals) and append it; when it
     ends the run, also the text, answer and status."""
@@ -50,6 +51,8 @@ def finish_step(
     }
     if source != "draft":  # the draft candidate the step replaced
         record["draft_text"] = state["candidates"][sel]["text"]
+    if dropped is not None:  # ProgramSteps.trim: never shown to either model
+        record["dropped"] = dropped
     record["fed"] = session.fed_since_step_start()
     record["time_s"] = time.perf_counter() - session.step_started
     spent = {"draft_s": 0.0, "target_s": 0.0, **session.spent}
@@ -116,13 +119,14 @@ def _status(deps: Deps, runtime: Runtime[RunContext] | None, steps: list[Any]) -
 @timed("verify_s")
 def commit_step(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
     """The selected draft candidate becomes the step: its own KV rows are adopted by the draft,
-    and the target gets its exact tokens (or its text, across vocabularies)."""
+    and the target gets its exact tokens (or its text, across vocabularies; or both models its
+    text, when `ProgramSteps.trim` cut it short of what was sampled)."""
     session = deps.sessions.get(state)
     sel = state["selected"]
     cand = state["candidates"][sel]
     sample = session.sample if session.sample_step == step_index(state) else None
     sep = separator(deps.spec.delimiter, cand["ended"])
-    if sample is not None:
+    if sample is not None and cand.get("dropped") is None:
         if deps.shared_vocab:  # the draft's exact tokens: no re-tokenisation drift
             session.target.extend(sample.candidates[sel].token_ids)
         else:
@@ -132,7 +136,8 @@ def commit_step(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: De
         deps.draft.append_text(session.draft, cand["text"] + sep)
         deps.target.append_text(session.target, cand["text"] + sep)
     return finish_step(deps, runtime, state, session, text=cand["text"], source="draft",
-                       ended=cand["ended"], tokens=cand["tokens"])  # fmt: skip
+                       ended=cand["ended"], tokens=cand["tokens"],
+                       dropped=cand.get("dropped"))  # fmt: skip
 
 
 def commit_text(

@@ -9,6 +9,7 @@ from langgraph.runtime import Runtime
 from ..context import RunContext
 from ..state import SpecGuardState
 from .common import Deps, Update, emit, remaining_tokens, step_index
+from .program import trim_candidate
 
 
 def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
@@ -47,6 +48,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
          "pieces": [piece(t) for t in c.token_ids] if piece else None}
         for c in sample.candidates
     ]  # fmt: skip
+    candidates = [trim_candidate(deps, state, c) for c in candidates]
     elapsed = time.perf_counter() - t0
     session.spent["draft_s"] = session.spent.get("draft_s", 0.0) + elapsed
     emit("draft", step=index, candidates=[c["text"] for c in candidates], time_s=elapsed)

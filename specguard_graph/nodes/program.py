@@ -5,6 +5,7 @@ output after a committed step that closes a program (docs/design.md, "Program st
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from langgraph.runtime import Runtime
 
@@ -17,6 +18,33 @@ from .common import Deps, Update, emit, step_index, timed
 
 def _done(deps: Deps, state: SpecGuardState) -> str:
     return history(deps.spec.delimiter, state.get("steps") or [])
+
+
+def trim_step(deps: Deps, state: SpecGuardState, text: str) -> str | None:
+    """Where this step must end (`ProgramSteps.trim`: at the fence that closes its program), or
+    None when it is whole. Either model may go on past the fence with an output of its own."""
+    trim = getattr(deps.spec, "trim", None)
+    cut = None if trim is None else trim(_done(deps, state), text)
+    return None if cut is None or cut == text else cut
+
+
+def trim_candidate(deps: Deps, state: SpecGuardState, cand: dict[str, Any]) -> dict[str, Any]:
+    """A draft candidate ending at its program's closing fence: its tokens and log-probs are
+    those of the kept text (the signals then judge the program, not the made-up output)."""
+    cut = trim_step(deps, state, cand["text"])
+    if cut is None:
+        return cand
+    pieces = cand.get("pieces")
+    if pieces:  # the draft's own tokens: exactly those that hold the kept text
+        n, length = 0, 0
+        while n < len(pieces) and length < len(cut):
+            length += len(pieces[n])
+            n += 1
+    else:
+        n = len(deps.draft.encode(cut))
+    return {**cand, "text": cut, "ended": "delimiter", "tokens": n,
+            "token_logprobs": cand["token_logprobs"][:n], "pieces": pieces and pieces[:n],
+            "dropped": cand["text"][len(cut):]}  # fmt: skip
 
 
 @timed("verify_s")

@@ -35,7 +35,8 @@ def scored_signals(
 
     def compute() -> Signals:
         sample = session.sample if session.sample_step == index else None
-        if sample is not None and (deps.shared_vocab or not use_target):
+        whole = cand.get("dropped") is None  # else ProgramSteps.trim kept a part: its text
+        if sample is not None and whole and (deps.shared_vocab or not use_target):
             c = sample.candidates[sel]
             ids = c.token_ids[: c.n_scored]
         else:

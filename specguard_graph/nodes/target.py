@@ -11,6 +11,7 @@ from ..state import SpecGuardState, add_numbers
 from ..steps import separator
 from .commit import finish_step
 from .common import Deps, Update, remaining_tokens, step_index
+from .program import trim_step
 
 
 def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
@@ -28,15 +29,20 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     )
     cand = sample.candidates[0]
     deps.target.adopt(session.target, sample, 0)
-    if deps.shared_vocab:
+    text, ended, cut = cand.text, cand.ended, trim_step(deps, state, cand.text)
+    if cut is not None:  # ProgramSteps: its own output after the program is dropped
+        session.target.ids = session.target.ids[: len(session.target.ids) - len(cand.token_ids)]
+        text, ended = cut, "delimiter"
+        deps.target.append_text(session.target, text + deps.spec.delimiter)
+    if deps.shared_vocab and cut is None:
         session.draft.extend(cand.token_ids)
     else:
-        sep = separator(deps.spec.delimiter, cand.ended)
-        deps.draft.append_text(session.draft, cand.text + sep)
+        deps.draft.append_text(session.draft, text + separator(deps.spec.delimiter, ended))
     elapsed = time.perf_counter() - t0
     session.spent["target_s"] = elapsed
-    update = finish_step(deps, runtime, state, session, text=cand.text, source="target",
-                         ended=cand.ended, tokens=cand.n_tokens)  # fmt: skip
+    dropped = None if cut is None else cand.text[len(cut) :]
+    update = finish_step(deps, runtime, state, session, text=text, source="target", ended=ended,
+                         tokens=cand.n_tokens, dropped=dropped)  # fmt: skip
     update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})
     update["counts"] = add_numbers(update["counts"], {"target_tokens": cand.n_tokens})
     return update
