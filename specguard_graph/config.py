@@ -42,7 +42,9 @@ class SpecGuardConfig(BaseModel):
     )
     max_steps: int = Field(48, ge=1, description="stop after this many steps")
     max_step_tokens: int = Field(160, ge=2, description="a step is cut after this many tokens")
-    max_total_tokens: int = Field(2048, ge=2, description="stop when the answer is this long")
+    max_total_tokens: int = Field(
+        2048, ge=2, description="stop once the models wrote this many tokens (not program output)"
+    )
     seed: int = Field(0, ge=0, description="base seed; step i samples with seed + i")
     adaptive_band: float | None = Field(
         None,

@@ -179,8 +179,7 @@ PROGRAM_SYSTEM_PROMPT = (
     "```python block that prints what you need: it is run for you, and its real output follows "
     "in an ```output block. Put your final answer within \\boxed{}."
 )
-# Asked in the user turn too: offered code in the system prompt alone, the served 1.5B Coder
-# wrote LaTeX on 15 of 15 gsm8k problems (greedy); asked here, it turns to Python.
+# Asked in the user turn too: offered in the system prompt alone, code was never written (design.md)
 PROGRAM_REQUEST = (
     "{question}\n\nSolve it with a Python program: write a ```python block that prints the "
     "answer (it is run for you, and its output follows), then give the final answer within "
@@ -210,15 +209,19 @@ class ProgramSteps(ReasoningSteps):
                 found = m.group(1)
         return found
 
+    def is_final(self, step: str, *, eos: bool) -> bool:
+        """Never a step that ends at a program's fence (`trim` cuts every program there): its
+        real output comes next, whatever answer the code itself spells out."""
+        if step.rstrip().endswith("```") and not writes_output(step):
+            return False
+        return super().is_final(step, eos=eos)
+
     def trim(self, done: str, step: str) -> str:
         """The step up to the fence that closes its program: what a model writes after it (its
         own "output", the answer that output leads to) would be a result nothing executed, so
         it is dropped and written again after the real output."""
-        end = None
-        for m in _PYTHON_BLOCK.finditer(done + step):
-            if m.end() > len(done):
-                end = m.end() - len(done)
-                break
+        ends = (m.end() - len(done) for m in _PYTHON_BLOCK.finditer(done + step))
+        end = next((e for e in ends if e > 0), None)
         return step if end is None else step[:end]
 
     @staticmethod

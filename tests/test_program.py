@@ -173,7 +173,7 @@ def by_observation(before: str, after: str, seen: list[str] | None = None):
     def fn(prompt, n, **kw):
         if seen is not None:
             seen.append(prompt)
-        text = after if "```output\n72" in prompt else before
+        text = after if "```output\n" in prompt else before
         return [StepOutput(text=text, token_logprobs=[-0.1] * 4)] * n
 
     return CallableStepModel(fn, has_logprobs=True)
@@ -221,3 +221,33 @@ def test_a_cut_target_step_leaves_the_kv_cache_as_if_only_the_kept_text_was_fed(
     fresh = model.new_prefix(prompt + CODE + "\n\n")
     assert pc.ids == fresh.ids
     assert torch.allclose(model.next_logits(pc), model.next_logits(fresh), atol=1e-5)
+
+
+def test_an_answer_written_inside_the_program_waits_for_the_program_to_run(tiny):
+    """`\\boxed{}` inside the code is not an answer: the step ends at its fence, the program
+    runs (here it fails on the LaTeX), and the run goes on to the real answer."""
+    code = "```python\nprint(48 + 24)\n\\boxed{72}\n```"
+    out = run(tiny, by_observation(code, "So \\boxed{72}."), max_step_tokens=200, max_steps=3,
+              reject_failed_programs=False)  # fmt: skip
+    assert [s["source"] for s in out["steps"]][:2] == ["draft", "tool"]
+    assert "SyntaxError" in out["steps"][1]["text"]
+    assert not ProgramSteps().is_final(code, eos=True)
+    assert ProgramSteps().is_final("So \\boxed{72}.", eos=False)
+
+
+def test_a_programs_output_does_not_spend_the_token_budget(tiny):
+    code = "```python\nprint('x' * 300)\n```"  # 300 characters out; the callable's tokens
+    out = run(tiny, by_observation(code, "So \\boxed{72}."), max_step_tokens=64,
+              max_total_tokens=100, max_steps=5)  # fmt: skip
+    assert [s["source"] for s in out["steps"]] == ["draft", "tool", "draft"]
+    assert out["status"] == "final" and out["steps"][1]["tokens"] > 100
+
+
+def test_a_cut_step_keeps_the_tokens_that_hold_its_text():
+    """A server's own tokens (texts given back with their log-probs) decide where the kept
+    part ends, so the log-prob signal reads the program and not the made-up output."""
+    from specguard_graph.nodes.program import kept_tokens
+
+    pieces = ["print", "(x", ")\n", "```", "\n```", "output", "\n", "9"]
+    assert kept_tokens("print(x)\n```", pieces, None) == 4
+    assert kept_tokens("print(x)\n``", pieces, None) == 4  # the token that holds the fence

@@ -46,6 +46,7 @@ class Candidate:
     ended: StepEnd
     scored: int | None = None  # set when a backend scores tokens it gives no log-probs for
     generated: int | None = None  # the model's own token count, where ids are not its tokens
+    pieces: list[str] | None = None  # and those tokens' texts (a server returns them)
 
     @property
     def n_scored(self) -> int:

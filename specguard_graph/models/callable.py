@@ -32,6 +32,7 @@ class StepOutput:
     attentions: Sequence[torch.Tensor] | None = None  # per layer: heads x S x (P + S)
     prefix_len: int | None = None  # P of the attentions
     ended: StepEnd = "delimiter"
+    token_texts: Sequence[str] | None = None  # each log-prob's token text (a server's tokens)
 
 
 StepFn = Callable[..., Sequence["StepOutput | str"]]
@@ -124,7 +125,8 @@ class CallableStepModel:
         lps = [float(x) for x in o.token_logprobs or []]
         scored = int(torch.as_tensor(o.attentions[0]).shape[1]) if o.attentions else len(lps)
         ids = self.encode(text + separator(delimiter, ended))
-        return Candidate(text, ids, lps, ended, scored=scored)
+        pieces = list(o.token_texts) if o.token_texts is not None else None
+        return Candidate(text, ids, lps, ended, scored=scored, pieces=pieces)
 
     def score(self, pc: PrefixCache, step_ids: Sequence[int], capture_layers: frozenset[int]):
         raise NotImplementedError(f"{self.name} cannot score a given step")

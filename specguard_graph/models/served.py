@@ -179,7 +179,7 @@ class ServedStepModel(CallableStepModel):
             if got is None:
                 raise ModelLoadError(f"{self.name}: the response carries no log-probs")
             lps, tokens = got
-            out.append(StepOutput(text=choice.text, token_logprobs=lps,
+            out.append(StepOutput(text=choice.text, token_logprobs=lps, token_texts=tokens,
                                   ended=_ended(choice, tokens)))  # fmt: skip
         return out
 
@@ -189,7 +189,9 @@ class ServedStepModel(CallableStepModel):
         lps = [float(x) for x in o.token_logprobs or []]
         ids = self.encode(o.text + separator(delimiter, o.ended))
         # ids are characters (the context passes as text); budgets count the server's tokens
-        return Candidate(o.text, ids, lps, o.ended, scored=len(lps), generated=len(lps))
+        pieces = list(o.token_texts) if o.token_texts is not None else None
+        return Candidate(o.text, ids, lps, o.ended, scored=len(lps), generated=len(lps),
+                         pieces=pieces)  # fmt: skip
 
 
 def _brief(exc: Exception) -> str:

@@ -13,7 +13,7 @@ from langgraph.runtime import Runtime
 
 from ..config import SpecGuardConfig
 from ..context import RunContext, for_run
-from ..models import StepModel
+from ..models import Candidate, StepModel
 from ..models.embedder import SentenceEmbedder
 from ..runtime import SessionStore
 from ..state import SpecGuardState, add_numbers
@@ -49,8 +49,20 @@ def step_index(state: SpecGuardState) -> int:
     return len(state.get("steps") or [])
 
 
+def token_texts(cand: Candidate, model: StepModel) -> list[str] | None:
+    """The text of each token the model generated for this step: the server's own tokens, or
+    the local model's pieces (None when the backend gives neither)."""
+    if cand.pieces is not None:
+        return cand.pieces
+    piece = getattr(model, "piece", None)
+    return [piece(t) for t in cand.token_ids] if piece else None
+
+
 def remaining_tokens(state: SpecGuardState, config: SpecGuardConfig) -> int:
-    used = sum(int(s.get("tokens", 0)) for s in state.get("steps") or [])
+    # what the models wrote: a program's output (a `tool` step) is read, not written
+    used = sum(
+        int(s.get("tokens", 0)) for s in state.get("steps") or [] if s.get("source") != "tool"
+    )
     return config.max_total_tokens - used
 
 

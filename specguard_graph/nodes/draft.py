@@ -8,7 +8,7 @@ from langgraph.runtime import Runtime
 
 from ..context import RunContext
 from ..state import SpecGuardState
-from .common import Deps, Update, emit, remaining_tokens, step_index
+from .common import Deps, Update, emit, remaining_tokens, step_index, token_texts
 from .program import trim_candidate
 
 
@@ -41,11 +41,10 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
     if widen and session.sample is not None and session.sample_step == index:
         sample = session.sample.merge(sample)
     session.sample, session.sample_step = sample, index
-    piece = getattr(deps.draft, "piece", None)  # token texts, for the per-token view
     candidates = [
         {"text": c.text, "tokens": c.n_tokens, "ended": c.ended,
          "token_logprobs": c.token_logprobs,
-         "pieces": [piece(t) for t in c.token_ids] if piece else None}
+         "pieces": token_texts(c, deps.draft)}
         for c in sample.candidates
     ]  # fmt: skip
     candidates = [trim_candidate(deps, state, c) for c in candidates]

@@ -10,6 +10,7 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from ..context import RunContext
+from ..models import StepModel
 from ..state import SpecGuardState, StepRecord
 from ..steps import history
 from .commit import end_if_done
@@ -28,6 +29,18 @@ def trim_step(deps: Deps, state: SpecGuardState, text: str) -> str | None:
     return None if cut is None or cut == text else cut
 
 
+def kept_tokens(cut: str, pieces: list[str] | None, model: StepModel) -> int:
+    """How many of the step's generated tokens hold the kept text (its length in the model's
+    own tokens, or in `encode`'s where the backend gives no token texts)."""
+    if not pieces:
+        return len(model.encode(cut))
+    n, length = 0, 0
+    while n < len(pieces) and length < len(cut):
+        length += len(pieces[n])
+        n += 1
+    return n
+
+
 def trim_candidate(deps: Deps, state: SpecGuardState, cand: dict[str, Any]) -> dict[str, Any]:
     """A draft candidate ending at its program's closing fence: its tokens and log-probs are
     those of the kept text (the signals then judge the program, not the made-up output)."""
@@ -35,13 +48,7 @@ def trim_candidate(deps: Deps, state: SpecGuardState, cand: dict[str, Any]) -> d
     if cut is None:
         return cand
     pieces = cand.get("pieces")
-    if pieces:  # the draft's own tokens: exactly those that hold the kept text
-        n, length = 0, 0
-        while n < len(pieces) and length < len(cut):
-            length += len(pieces[n])
-            n += 1
-    else:
-        n = len(deps.draft.encode(cut))
+    n = kept_tokens(cut, pieces, deps.draft)
     return {**cand, "text": cut, "ended": "delimiter", "tokens": n,
             "token_logprobs": cand["token_logprobs"][:n], "pieces": pieces and pieces[:n],
             "dropped": cand["text"][len(cut):]}  # fmt: skip

@@ -10,8 +10,8 @@ from ..context import RunContext
 from ..state import SpecGuardState, add_numbers
 from ..steps import separator
 from .commit import finish_step
-from .common import Deps, Update, remaining_tokens, step_index
-from .program import trim_step
+from .common import Deps, Update, remaining_tokens, step_index, token_texts
+from .program import kept_tokens, trim_step
 
 
 def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
@@ -40,9 +40,12 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
         deps.draft.append_text(session.draft, text + separator(deps.spec.delimiter, ended))
     elapsed = time.perf_counter() - t0
     session.spent["target_s"] = elapsed
-    dropped = None if cut is None else cand.text[len(cut) :]
+    dropped, tokens = None, cand.n_tokens
+    if cut is not None:
+        dropped, tokens = cand.text[len(cut) :], kept_tokens(cut, token_texts(cand, deps.target),
+                                                             deps.target)  # fmt: skip
     update = finish_step(deps, runtime, state, session, text=text, source="target", ended=ended,
-                         tokens=cand.n_tokens, dropped=dropped)  # fmt: skip
+                         tokens=tokens, dropped=dropped)  # fmt: skip
     update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})
     update["counts"] = add_numbers(update["counts"], {"target_tokens": cand.n_tokens})
     return update
