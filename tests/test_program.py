@@ -160,7 +160,7 @@ def test_the_bench_summary_counts_the_steps_execution_caught(tiny):
     md = program_markdown({"specguard-program": recs, "target-program": recs})
     assert "execution sent 1 of 2 draft steps (50.0 %)" in md and "program failed: 1" in md
     assert "the 1 problems with such a step ended right 0 times" in md
-    assert "target-program" not in md  # one model alone: nothing is sent anywhere
+    assert "`target-program`: execution" not in md  # one model alone: nothing is sent anywhere
 
 
 MADE_UP = "\n```output\n99\n```\nSo she sold \\boxed{99} clips."
@@ -251,3 +251,16 @@ def test_a_cut_step_keeps_the_tokens_that_hold_its_text():
     pieces = ["print", "(x", ")\n", "```", "\n```", "output", "\n", "9"]
     assert kept_tokens("print(x)\n```", pieces, None) == 4
     assert kept_tokens("print(x)\n``", pieces, None) == 4  # the token that holds the fence
+
+
+def test_the_bench_summary_compares_the_outputs_models_wrote_with_the_real_ones(tiny):
+    from specguard_graph.bench.program_stats import program_markdown
+
+    recs = {}
+    for i, made_up in enumerate((MADE_UP, MADE_UP.replace("99", "72"))):
+        out = run(tiny, by_observation(CODE + made_up, "So \\boxed{72}."), max_step_tokens=200)
+        recs[str(i)] = {"step_records": out["steps"], "correct": True}
+    recs["2"] = {"step_records": [], "correct": False}
+    md = program_markdown({"target-program": recs})
+    assert "`target-program`: 2 of 3 problems ran code (2 programs); 2 steps" in md
+    assert "it matched the real output 1 times" in md
