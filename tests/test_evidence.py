@@ -213,33 +213,3 @@ def test_a_combiner_scored_on_held_out_problems_beats_each_signal_when_both_matt
     assert res["logistic (all signals)"]["a + b > 0"] > 0.97
     assert 0.65 < res["a"]["a + b > 0"] < 0.85 and 0.65 < res["b"]["a + b > 0"] < 0.85
     assert abs(res["logistic (all signals)"]["noise"] - 0.5) < 0.1
-
-
-def test_labels_filled_several_at_once_are_each_written_once(tmp_path):
-    """`--workers`: records labelled concurrently (a server's slots) land once each, the same
-    labels as one at a time, and a second fill finds nothing left to do."""
-    import threading
-    import time
-
-    from specguard_graph.evidence import records
-
-    with (tmp_path / "m.jsonl").open("w") as f:
-        for i in range(7):
-            f.write(json.dumps({"id": str(i), "step_records": [{"text": "x"}]}) + "\n")
-    busy = set()
-
-    def label(rec):
-        busy.add(threading.get_ident())
-        time.sleep(0.05)
-        return {"0": {"n": int(rec["id"]) * 2}}
-
-    records.fill(tmp_path, "a_labels.jsonl", None, label, wanted=lambda r: True, workers=3)
-    assert len(busy) == 3
-    got = [json.loads(x) for x in (tmp_path / "a_labels.jsonl").open()]
-    assert sorted(g["key"] for g in got) == [f"m/{i}" for i in range(7)]
-    assert records.load(tmp_path, "a_labels.jsonl") == {
-        f"m/{i}": {"0": {"n": 2 * i}} for i in range(7)
-    }
-    calls = []
-    records.fill(tmp_path, "a_labels.jsonl", None, calls.append, wanted=lambda r: True, workers=3)
-    assert calls == []

@@ -29,11 +29,6 @@ ValueOpt = Annotated[
     ),
 ]
 
-WorkersOpt = Annotated[
-    int,
-    typer.Option(help="--value: problems labelled at once (a served target's slots)", min=1),
-]
-
 
 def _annotate(results: Path, names: list[str] | None, target: str | None,
               quantize: Quantize) -> None:  # fmt: skip
@@ -53,7 +48,7 @@ def _annotate(results: Path, names: list[str] | None, target: str | None,
 
 
 def _value(results: Path, names: list[str] | None, target: str | None, quantize: Quantize,
-           problems: int, workers: int) -> None:  # fmt: skip
+           problems: int) -> None:  # fmt: skip
     from rich.progress import MofNCompleteColumn, Progress, TimeRemainingColumn
 
     from ..evidence.value import label_values
@@ -64,7 +59,7 @@ def _value(results: Path, names: list[str] | None, target: str | None, quantize:
     with Progress(*Progress.get_default_columns()[:2], MofNCompleteColumn(),
                   TimeRemainingColumn(), console=err) as progress:  # fmt: skip
         task = progress.add_task("value labels", total=None)
-        label_values(results, lm, methods=names, problems=problems, workers=workers,
+        label_values(results, lm, methods=names, problems=problems,
                      progress=lambda d, t: progress.update(task, completed=d, total=t))  # fmt: skip
 
 
@@ -76,7 +71,6 @@ def evidence(
     draws: Annotated[int, typer.Option(help="bootstrap resamples of problems", min=100)] = 1000,
     annotate: AnnotateOpt = False,
     value: ValueOpt = 0,
-    workers: WorkersOpt = 1,
     target: TargetPath = None,
     quantize: QuantizeOpt = Quantize.auto,
 ) -> None:
@@ -91,7 +85,7 @@ def evidence(
         if annotate:
             _annotate(results, names, target, quantize)
         if value:
-            _value(results, names, target, quantize, value, workers)
+            _value(results, names, target, quantize, value)
         problems = units(results, names)
         md, curves = table(problems, draws=draws)
         steps = sum(len(rows) for _, rows in problems)

@@ -5,7 +5,6 @@ one resumable fill-and-load for every per-step label file (`annotate.py`, `value
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,10 @@ def scored_candidate(step: Record) -> Record | None:
 
 def fill(results_dir: Path, file: str, methods: list[str] | None,
          label: Callable[[Record], dict[str, Any]], *, wanted: Callable[[Record], bool],
-         limit: int | None = None, workers: int = 1,
+         limit: int | None = None,
          progress: Progress = lambda done, total: None) -> Path:  # fmt: skip
     """Append `label(record)` to `file` for every finished record with step records (the first
-    `limit` per method) that `wanted` accepts and `file` does not hold yet; `workers` records
-    at once (a server's slots decode them together for little more than the cost of one)."""
+    `limit` per method) that `wanted` accepts and `file` does not hold yet."""
     log = ResultLog(results_dir / file, key="key")
     done = log.done()
     todo = []
@@ -43,11 +41,9 @@ def fill(results_dir: Path, file: str, methods: list[str] | None,
             key = f"{f.stem}/{rec['id']}"
             if wanted(rec) and key not in done:
                 todo.append((key, rec))
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        running = {pool.submit(label, rec): key for key, rec in todo}
-        for n, fut in enumerate(as_completed(running)):
-            log.append({"key": running[fut], "steps": fut.result()})  # one writer: this thread
-            progress(n + 1, len(todo))
+    for n, (key, rec) in enumerate(todo):
+        log.append({"key": key, "steps": label(rec)})
+        progress(n + 1, len(todo))
     return results_dir / file
 
 

@@ -58,7 +58,7 @@ def problem_values(target: Any, question: str, gold: str, steps: list[dict[str, 
 
 
 def label_values(results_dir: Path, target: Any, *, methods: list[str] | None = None,
-                 problems: int = 60, budget: int = 512, workers: int = 1,
+                 problems: int = 60, budget: int = 512,
                  progress: records.Progress = lambda done, total: None) -> Path:  # fmt: skip
     """Fill `value_labels.jsonl` for the first `problems` problems of every SpecGuard method's
     records (resumable)."""
@@ -67,7 +67,7 @@ def label_values(results_dir: Path, target: Any, *, methods: list[str] | None = 
         lambda rec: problem_values(target, rec["question"], str(rec["gold"]),
                                    rec["step_records"], budget),
         wanted=lambda rec: bool(rec.get("question")) and rec.get("gold") is not None,
-        limit=problems, workers=workers, progress=progress,
+        limit=problems, progress=progress,
     )  # fmt: skip
 
 
