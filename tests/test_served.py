@@ -218,3 +218,27 @@ def test_a_served_draft_keeps_both_signals_when_a_local_target_scores_its_text(s
     assert [s["source"] for s in out["steps"]] == ["draft"] * len(out["steps"])  # τ = 0
     for s in out["steps"]:
         assert s["grounding"] is not None and s["logprob"] is not None and s["score"] is not None
+
+
+def test_a_repeatable_served_model_asks_the_engine_not_to_reuse_a_cached_prompt():
+    """Value labels compare two continuations: llama.cpp's cached-prefix reuse changes the
+    text, so the labeller's requests carry `cache_prompt: false`."""
+    import json
+
+    import httpx
+
+    from specguard_graph.models.served import repeatable
+
+    seen = []
+    body = _completion({}, ["a", "b"])
+
+    def handle(request):
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json=body)
+
+    client = httpx.Client(transport=httpx.MockTransport(handle))
+    model = ServedStepModel("http://engine/v1", model="m", tokenizer=object(), http_client=client)
+    _ask(model, n=1)
+    assert "cache_prompt" not in seen[-1]
+    _ask(repeatable(model), n=1)
+    assert seen[-1]["cache_prompt"] is False and seen[-1]["prompt"] == "q"

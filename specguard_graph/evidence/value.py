@@ -62,6 +62,9 @@ def label_values(results_dir: Path, target: Any, *, methods: list[str] | None = 
                  progress: records.Progress = lambda done, total: None) -> Path:  # fmt: skip
     """Fill `value_labels.jsonl` for the first `problems` problems of every SpecGuard method's
     records (resumable)."""
+    from ..models.served import repeatable
+
+    target = repeatable(target)
     return records.fill(
         results_dir, FILE, methods,
         lambda rec: problem_values(target, rec["question"], str(rec["gold"]),

@@ -121,6 +121,7 @@ class ServedStepModel(CallableStepModel):
         timeout: float = 300.0,
         retries: int = 2,
         http_client: Any = None,
+        extra_body: dict[str, Any] | None = None,
     ):
         import openai
 
@@ -129,6 +130,7 @@ class ServedStepModel(CallableStepModel):
         self.client = openai.OpenAI(base_url=self.base_url, api_key=key or "none",
                                     timeout=timeout, max_retries=retries,
                                     http_client=http_client)  # fmt: skip
+        self.extra_body = extra_body  # engine-specific request fields (`repeatable`)
         self.model = model or self._served_model()
         super().__init__(self._never, name=f"{self.model} @ {self.base_url}", has_logprobs=True,
                          has_attentions=False,
@@ -169,7 +171,7 @@ class ServedStepModel(CallableStepModel):
         r = self._call(
             self.client.completions.create, model=self.model, prompt=prompt, n=n,
             stop=[delimiter], max_tokens=max_new_tokens, temperature=temperature,
-            top_p=top_p, seed=seed, logprobs=1,
+            top_p=top_p, seed=seed, logprobs=1, extra_body=self.extra_body,
         )  # fmt: skip
         if len(r.choices) != n:  # an engine that ignores `n` (or caps it)
             raise ModelLoadError(f"{self.name}: {len(r.choices)} completions for n={n}")
@@ -192,6 +194,17 @@ class ServedStepModel(CallableStepModel):
         pieces = list(o.token_texts) if o.token_texts is not None else None
         return Candidate(o.text, ids, lps, o.ended, scored=len(lps), generated=len(lps),
                          pieces=pieces)  # fmt: skip
+
+
+def repeatable(model: Any) -> Any:
+    """The same greedy text for the same context, every time: llama.cpp reuses a cached prompt
+    prefix, and a continuation from it differs from an uncached one (gsm8k-184 reached gold from
+    a fresh cache and not after a longer prompt shared its prefix); `cache_prompt: false` makes
+    each request compute its prompt afresh. vLLM and SGLang ignore the field. Labels need this;
+    concurrent requests break it anyway (batch-dependent numerics), so label one at a time."""
+    if isinstance(model, ServedStepModel):
+        model.extra_body = {**(model.extra_body or {}), "cache_prompt": False}
+    return model
 
 
 def _brief(exc: Exception) -> str:
