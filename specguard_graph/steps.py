@@ -190,9 +190,8 @@ _PYTHON_BLOCK = re.compile(r"```python[^\n]*\n(.*?)```", re.DOTALL)
 
 @dataclass(frozen=True)
 class ProgramSteps(ReasoningSteps):
-    """Program-aided reasoning: a step that closes a ```python block ends at the closing fence
-    (`trim`), has that block run for real (`program/`), and the real output, never one the
-    model writes, follows it."""
+    """Program-aided reasoning: a step that closes a ```python block ends at its fence (`trim`)
+    and has the block run for real (`program/`); the real output, never the model's, follows."""
 
     system_prompt: str = PROGRAM_SYSTEM_PROMPT
     request: str = PROGRAM_REQUEST
@@ -201,13 +200,15 @@ class ProgramSteps(ReasoningSteps):
     def render_prompt(self, question: str, tokenizer: Any) -> str:
         return _chat_prompt(tokenizer, self.system_prompt, self.request.format(question=question))
 
+    @staticmethod
+    def _closed_in(done: str, step: str) -> list[re.Match[str]]:
+        """The Python blocks whose closing fence is in this step (they may open earlier)."""
+        return [m for m in _PYTHON_BLOCK.finditer(done + step) if m.end() > len(done)]
+
     def program(self, done: str, step: str) -> str | None:
         """The Python block this step closes, given the response so far (None: it closes none)."""
-        found = None
-        for m in _PYTHON_BLOCK.finditer(done + step):
-            if m.end() > len(done):
-                found = m.group(1)
-        return found
+        closed = self._closed_in(done, step)
+        return closed[-1].group(1) if closed else None
 
     def is_final(self, step: str, *, eos: bool) -> bool:
         """Never a step that ends at a program's fence (`trim` cuts every program there): its
@@ -220,9 +221,8 @@ class ProgramSteps(ReasoningSteps):
         """The step up to the fence that closes its program: what a model writes after it (its
         own "output", the answer that output leads to) would be a result nothing executed, so
         it is dropped and written again after the real output."""
-        ends = (m.end() - len(done) for m in _PYTHON_BLOCK.finditer(done + step))
-        end = next((e for e in ends if e > 0), None)
-        return step if end is None else step[:end]
+        closed = self._closed_in(done, step)
+        return step[: closed[0].end() - len(done)] if closed else step
 
     @staticmethod
     def fabricated(step: str) -> bool:

@@ -242,3 +242,5 @@ def test_a_repeatable_served_model_asks_the_engine_not_to_reuse_a_cached_prompt(
     assert "cache_prompt" not in seen[-1]
     _ask(repeatable(model), n=1)
     assert seen[-1]["cache_prompt"] is False and seen[-1]["prompt"] == "q"
+    _ask(model, n=1)  # the caller's own model is left as it was
+    assert "cache_prompt" not in seen[-1]

@@ -14,6 +14,8 @@ _WRITTEN = re.compile(r"```\s*output[^\n]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNO
 
 def _usage(method: str, recs: dict[str, dict[str, Any]]) -> str | None:
     """Programs run, and the made-up outputs cut beside the real ones."""
+    if not recs:
+        return None
     used = tools = cut = equal = 0
     for rec in recs.values():
         steps = rec.get("step_records") or []
@@ -26,8 +28,6 @@ def _usage(method: str, recs: dict[str, dict[str, Any]]) -> str | None:
             cut += 1
             real = (nxt.get("observation") or {}).get("stdout") or ""
             equal += written.group(1).strip() == real.strip()
-    if not recs:
-        return None
     return (
         f"`{method}`: {used} of {len(recs)} problems ran code ({tools} programs); {cut} steps "
         f"went on past the fence with an output of their own (cut, never read): it matched the "

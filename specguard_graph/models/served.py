@@ -9,6 +9,7 @@ Which engine gives what: docs/design.md, "Served models".
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -201,10 +202,13 @@ def repeatable(model: Any) -> Any:
     prefix, and a continuation from it differs from an uncached one (gsm8k-184 reached gold from
     a fresh cache and not after a longer prompt shared its prefix); `cache_prompt: false` makes
     each request compute its prompt afresh. vLLM and SGLang ignore the field. Labels need this;
-    concurrent requests break it anyway (batch-dependent numerics), so label one at a time."""
-    if isinstance(model, ServedStepModel):
-        model.extra_body = {**(model.extra_body or {}), "cache_prompt": False}
-    return model
+    concurrent requests break it anyway (batch-dependent numerics), so label one at a time.
+    A copy: the caller's model keeps its own requests."""
+    if not isinstance(model, ServedStepModel):
+        return model
+    out = copy.copy(model)
+    out.extra_body = {**(model.extra_body or {}), "cache_prompt": False}
+    return out
 
 
 def _brief(exc: Exception) -> str:

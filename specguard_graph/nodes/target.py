@@ -29,10 +29,12 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     )
     cand = sample.candidates[0]
     deps.target.adopt(session.target, sample, 0)
-    text, ended, cut = cand.text, cand.ended, trim_step(deps, state, cand.text)
+    text, ended, dropped, tokens = cand.text, cand.ended, None, cand.n_tokens
+    cut = trim_step(deps, state, cand.text)
     if cut is not None:  # ProgramSteps: its own output after the program is dropped
         session.target.ids = session.target.ids[: len(session.target.ids) - len(cand.token_ids)]
-        text, ended = cut, "delimiter"
+        text, ended, dropped = cut, "delimiter", cand.text[len(cut) :]
+        tokens = kept_tokens(cut, token_texts(cand, deps.target), deps.target)
         deps.target.append_text(session.target, text + deps.spec.delimiter)
     if deps.shared_vocab and cut is None:
         session.draft.extend(cand.token_ids)
@@ -40,10 +42,6 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
         deps.draft.append_text(session.draft, text + separator(deps.spec.delimiter, ended))
     elapsed = time.perf_counter() - t0
     session.spent["target_s"] = elapsed
-    dropped, tokens = None, cand.n_tokens
-    if cut is not None:
-        dropped, tokens = cand.text[len(cut) :], kept_tokens(cut, token_texts(cand, deps.target),
-                                                             deps.target)  # fmt: skip
     update = finish_step(deps, runtime, state, session, text=text, source="target", ended=ended,
                          tokens=tokens, dropped=dropped)  # fmt: skip
     update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})
