@@ -213,3 +213,51 @@ def test_a_combiner_scored_on_held_out_problems_beats_each_signal_when_both_matt
     assert res["logistic (all signals)"]["a + b > 0"] > 0.97
     assert 0.65 < res["a"]["a + b > 0"] < 0.85 and 0.65 < res["b"]["a + b > 0"] < 0.85
     assert abs(res["logistic (all signals)"]["noise"] - 0.5) < 0.1
+
+
+def test_a_tau_per_step_position_fitted_on_other_problems_beats_one_tau_when_the_bar_moves():
+    """Known answer: a step is good when its score clears a bar that rises with its position
+    (0.1 for the first step, 0.9 from the fifth on). One τ ranks the steps partly; the score
+    with a fitted offset per position, scored on held-out problems, nearly perfectly."""
+    import random
+
+    from specguard_graph.evidence.rules import PER_POSITION, SCORE, held_out
+
+    rng = random.Random(1)
+    bar = [0.1, 0.3, 0.5, 0.7, 0.9, 0.9, 0.9]
+    problems = []
+    for p in range(40):
+        rows = []
+        for i in range(7):
+            score = rng.random()
+            rows.append(({"score": score}, {"position": i, "good": score > bar[i]}, False))
+        problems.append((f"p{p}", rows))
+    signals = {SCORE: lambda s, c: s["score"]}
+    labels = {"good": lambda s, c, r: c["good"]}
+    res = held_out(problems, signals, labels)
+    assert res[PER_POSITION]["good"] > 0.97
+    assert res[SCORE]["good"] < 0.9
+
+
+def test_refusing_fabricated_output_ranks_invented_program_results_below_every_step():
+    """Known answer: steps that write their own ```output``` block are bad whatever their
+    score; the rule that refuses them ranks every one of them last, the score alone does not."""
+    import random
+
+    from specguard_graph.evidence.rules import NO_FABRICATED, SCORE, held_out
+
+    rng = random.Random(2)
+    made_up = "```python\nprint(2 + 2)\n```\n```output\n5\n```"
+    problems = []
+    for p in range(30):
+        rows = []
+        for i in range(6):
+            fab = i == 5
+            score = rng.random()
+            good = not fab and score > 0.3
+            c = {"position": i, "text": made_up if fab else "2 + 2 = 4", "good": good}
+            rows.append(({"score": score}, c, False))
+        problems.append((f"p{p}", rows))
+    res = held_out(problems, {SCORE: lambda s, c: s["score"]}, {"good": lambda s, c, r: c["good"]})
+    assert res[NO_FABRICATED]["good"] > 0.97
+    assert res[SCORE]["good"] < 0.9

@@ -45,7 +45,8 @@ def units(
 ) -> list[tuple[str, list[tuple[Step, dict, bool]]]]:
     """(problem key, [(step record, scored candidate, problem correct)]) from every SpecGuard
     method's JSONL; the scored candidate is the selected draft candidate, whatever replaced it,
-    with the target's annotations of it (`annotate.py`, `value.py`) where they were computed."""
+    with its step index (`position`) and the target's annotations of it (`annotate.py`,
+    `value.py`) where they were computed."""
     from . import annotate, records, value
 
     notes, values = annotate.load(results_dir), value.load(results_dir)
@@ -58,7 +59,7 @@ def units(
             for i, s in enumerate(steps):
                 cand = records.scored_candidate(s)
                 if cand is not None:
-                    scored = {**cand, **notes.get(key, {}).get(str(i), {}),
+                    scored = {**cand, "position": i, **notes.get(key, {}).get(str(i), {}),
                               **values.get(key, {}).get(str(i), {})}  # fmt: skip
                     rows.append((s, scored, bool(rec.get("correct"))))
             if rows:

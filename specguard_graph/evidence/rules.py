@@ -3,19 +3,36 @@
 A rule that looks good on the steps it was fitted on says nothing; steps of one problem are
 not independent either. So every rule here is scored by cross-validation over problems
 (scikit-learn's `GroupKFold`): fitted on the other folds' problems, its held-out scores pooled,
-one AUROC per label. The candidates: a logistic combiner of every signal the records hold,
-and each single signal as it stands (no fitting), so the table says what combining buys.
+one AUROC per label. The candidates the evidence issue names, beside each single signal as it
+stands (no fitting), so the table says what each buys:
+
+* a logistic combiner of every signal the records hold;
+* per-position τ: the score with one offset per step position (0, 1, 2, 3, 4+), fitted; a
+  threshold on it is a τ per position, since the first steps of a solution may need a
+  different bar than the last;
+* refusing fabricated output: the score, except that a step writing a program's output block
+  itself scores below every τ (`reject_fabricated_output`; nothing to fit).
+Target-side log-prob gating is the single signal "target log-prob min" (after `--annotate`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
+from . import labels as text_labels
 from .stats import auroc
 
 Step = dict[str, Any]
 Problems = list[tuple[str, list[tuple[Step, dict[str, Any], bool]]]]
+SCORE = "score (β-mix)"
+POSITIONS = 5  # one-hot buckets: 0, 1, 2, 3, 4 and later
+COMBINER, PER_POSITION, NO_FABRICATED = (
+    "logistic (all signals)",
+    "per-position τ (score, offset per step 0–4+)",
+    "score, fabricated output refused",
+)
 
 
 def _features(signals: dict[str, Any], s: Step, c: dict[str, Any]) -> list[float] | None:
@@ -28,48 +45,76 @@ def _features(signals: dict[str, Any], s: Step, c: dict[str, Any]) -> list[float
     return row
 
 
-def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any],
-             folds: int = 5) -> dict[str, dict[str, float | None]]:  # fmt: skip
-    """{rule: {label: held-out AUROC}} for the logistic combiner and each single signal. Only
-    signals present on every step take part (e.g. no grounding for a served draft, no target
-    log-probs before `--annotate`), so every rule is scored on the same steps."""
+def _position(c: dict[str, Any]) -> list[float]:
+    at = min(int(c.get("position") or 0), POSITIONS - 1)
+    return [float(i == at) for i in range(POSITIONS)]
+
+
+def _cross_validated(x: Any, y: Any, groups: list[int], folds: int) -> list[float]:
+    """Held-out logistic-regression probabilities, pooled over `GroupKFold` folds."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
+    pooled = np.zeros(len(y))
+    for train, test in GroupKFold(n_splits=min(folds, len(set(groups)))).split(x, y, groups):
+        if len(set(y[train])) < 2:  # a fold whose training steps are all one class
+            pooled[test] = 0.5
+            continue
+        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+        model.fit(x[train], y[train])
+        pooled[test] = model.predict_proba(x[test])[:, 1]
+    return pooled.tolist()
+
+
+def _refused(score: float, c: dict[str, Any]) -> float:
+    return -1.0 if text_labels.fabricated_output(c.get("text", "")) else score
+
+
+def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any],
+             folds: int = 5) -> dict[str, dict[str, float | None]]:  # fmt: skip
+    """{rule: {label: held-out AUROC}} for the fitted rules and each single signal. Only
+    signals present on every step take part (e.g. no grounding for a served draft, no target
+    log-probs before `--annotate`), so every rule is scored on the same steps; the rules built
+    on the score need it to be among them."""
+    import numpy as np
+
     every = [(s, c) for _, rows in problems for s, c, _ in rows]
     signals = {n: fn for n, fn in signals.items()
                if all(_features({n: fn}, s, c) is not None for s, c in every)}  # fmt: skip
     if not signals:
         return {}
-    out: dict[str, dict[str, float | None]] = {"logistic (all signals)": {}}
-    out.update({name: {} for name in signals})
+    names = list(signals)
+    j = names.index(SCORE) if SCORE in names else None
+    rules: dict[str, Callable[[Any, Any, list[dict[str, Any]], list[int]], list[float]]] = {
+        COMBINER: lambda x, y, cs, g: _cross_validated(x, y, g, folds)
+    }
+    if j is not None:
+        rules[PER_POSITION] = lambda x, y, cs, g: _cross_validated(
+            np.array([[r[j], *_position(c)] for r, c in zip(x, cs, strict=True)]), y, g, folds
+        )
+        rules[NO_FABRICATED] = lambda x, y, cs, g: [
+            _refused(r[j], c) for r, c in zip(x, cs, strict=True)
+        ]
+    out: dict[str, dict[str, float | None]] = {rule: {} for rule in [*rules, *names]}
     for lname, label in labels.items():
-        xs, ys, groups = [], [], []
+        xs, ys, cs, groups = [], [], [], []
         for g, (_, rows) in enumerate(problems):
             for s, c, right in rows:
-                x, y = _features(signals, s, c), label(s, c, right)
-                if x is not None and y is not None:
-                    xs.append(x), ys.append(bool(y)), groups.append(g)
-        n_groups = len(set(groups))
-        if len(set(ys)) < 2 or n_groups < 2:
+                row, v = _features(signals, s, c), label(s, c, right)
+                if row is not None and v is not None:
+                    xs.append(row), ys.append(bool(v)), cs.append(c), groups.append(g)
+        if len(set(ys)) < 2 or len(set(groups)) < 2:
             for rule in out:
                 out[rule][lname] = None
             continue
         x, y = np.array(xs), np.array(ys)
-        pooled = np.zeros(len(y))
-        for train, test in GroupKFold(n_splits=min(folds, n_groups)).split(x, y, groups):
-            if len(set(y[train])) < 2:  # a fold whose training steps are all one class
-                pooled[test] = 0.5
-                continue
-            model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-            model.fit(x[train], y[train])
-            pooled[test] = model.predict_proba(x[test])[:, 1]
-        out["logistic (all signals)"][lname] = auroc(pooled.tolist(), ys)
-        for j, name in enumerate(signals):
-            out[name][lname] = auroc(x[:, j].tolist(), ys)
+        for rule, scores in rules.items():
+            out[rule][lname] = auroc(scores(x, y, cs, groups), ys)
+        for k, name in enumerate(names):
+            out[name][lname] = auroc(x[:, k].tolist(), ys)
     return out
 
 
