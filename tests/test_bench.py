@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 from specguard_graph.bench.data import champ, from_jsonl, gsm8k_100
 from specguard_graph.bench.grade import grade
 from specguard_graph.bench.methods import parse, with_tau
-from specguard_graph.bench.report import paired, paired_markdown, summarize, tau_series, wilson
+from specguard_graph.bench.plots import tau_series
+from specguard_graph.bench.report import paired, paired_markdown, summarize, wilson
 from specguard_graph.bench.run import run
 from specguard_graph.cli import app
 from specguard_graph.errors import ConfigError
@@ -255,3 +256,23 @@ def test_champ_stress_set_interleaves_categories():
     assert sorted(first) == ["Combinatorics", "Inequality", "Number-Theory", "Polynomial",
                              "Sequence"]  # fmt: skip
     assert problems[0]["answer"] == "239" and "length 6" in problems[0]["question"]
+
+
+def test_a_method_at_the_configs_tau_joins_its_sweep_and_the_plot_draws_the_frontier(tmp_path):
+    """`specguard-greedy` runs at the config's τ, so with it the series holds both points; an
+    override other than τ is its own series; the plot shades the goal region next to them."""
+    from specguard_graph.bench.plots import plot, tau_series
+
+    def row(method: str, acc: float, lat: float) -> dict:
+        return {"method": method, "n": 10, "accuracy": acc, "ci": (acc - 0.1, acc + 0.1),
+                "median_latency_s": lat, "target_share": 0.2, "latency_ratio": lat / 20}  # fmt: skip
+
+    rows = [row("target", 0.5, 20.0), row("specguard-greedy", 0.3, 12.0),
+            row("specguard-greedy@tau=0.7", 0.45, 18.0),
+            row("specguard-greedy@reject_fabricated_output=true", 0.35, 13.0)]  # fmt: skip
+    series = tau_series(rows, base_tau=0.304)
+    assert [t for t, _ in series["specguard-greedy"]] == [0.304, 0.7]
+    assert [t for t, _ in series["specguard-greedy@reject_fabricated_output=True"]] == [0.304]
+    assert [t for t, _ in tau_series(rows)["specguard-greedy"]] == [0.7]  # τ unknown: left out
+    plot(rows, tmp_path / "p.png", base_tau=0.304)
+    assert (tmp_path / "p.png").stat().st_size > 1000

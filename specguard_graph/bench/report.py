@@ -1,4 +1,4 @@
-"""Summary table (Markdown) and plot from the per-method JSONL results."""
+"""Summary table (Markdown) from the per-method JSONL results; the plots are in `plots.py`."""
 
 from __future__ import annotations
 
@@ -153,79 +153,13 @@ def lossless_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in rows:
-        lo, hi = r["ci"]
-        acc = 100 * r["accuracy"]
-        ax.errorbar(r["median_latency_s"], acc, yerr=[[acc - 100 * lo], [100 * hi - acc]],
-                    fmt="o", capsize=3)  # fmt: skip
-        ax.annotate(r["method"], (r["median_latency_s"], acc), textcoords="offset points",
-                    xytext=(5, 4), fontsize=8)  # fmt: skip
-    ax.set_xlabel("median latency per problem (s)")
-    ax.set_ylabel("accuracy (%), 95% Wilson CI")
-    ax.set_title(f"accuracy vs latency, n = {rows[0]['n'] if rows else 0}")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def tau_series(rows: list[dict[str, Any]]) -> dict[str, list[tuple[float, dict[str, Any]]]]:
-    """Rows of a τ sweep grouped by method without its τ, each series sorted by τ."""
-    from .methods import parse
-
-    series: dict[str, list[tuple[float, dict[str, Any]]]] = {}
-    for r in rows:
-        base, overrides = parse(r["method"])
-        if "tau" not in overrides:
-            continue
-        rest = "+".join(f"{k}={v}" for k, v in overrides.items() if k != "tau")
-        series.setdefault(f"{base}@{rest}" if rest else base, []).append((overrides["tau"], r))
-    return {name: sorted(points, key=lambda p: p[0]) for name, points in series.items()}
-
-
-def plot_tau_sweep(rows: list[dict[str, Any]], path: Path) -> None:
-    """Accuracy, target share and latency ratio against τ, with target-only for reference."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    target = next((r for r in rows if r["method"] == "target"), None)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
-    for name, points in tau_series(rows).items():
-        taus = [t for t, _ in points]
-        axes[0].plot(taus, [100 * r["accuracy"] for _, r in points], "o-", label=name)
-        axes[1].plot(taus, [r["target_share"] or 0.0 for _, r in points], "o-", label=name)
-        if target is not None:
-            axes[2].plot(taus, [r["latency_ratio"] for _, r in points], "o-", label=name)
-    if target is not None:
-        axes[0].axhline(100 * target["accuracy"], color="k", ls="--", lw=1, label="target")
-        axes[2].axhline(1.0, color="k", ls="--", lw=1, label="target")
-        axes[2].axhline(0.75, color="r", ls=":", lw=1, label="0.75 × target")
-    for ax, ylabel in zip(axes, ("accuracy (%)", "share of steps recomputed by target",
-                                 "median latency / target's"), strict=True):  # fmt: skip
-        ax.set_xlabel("τ")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    axes[2].legend(fontsize=7)
-    fig.suptitle(f"τ sweep, n = {rows[0]['n'] if rows else 0} problems")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def write_summary(out: Path, names: list[str], command: str, *, sweep: bool) -> str:
+def write_summary(out: Path, names: list[str], command: str, *, sweep: bool,
+                  base_tau: float | None = None) -> str:  # fmt: skip
     """summary.md (table, paired comparison, lossless check) and the plots for what `out`
-    holds of `names`; returns the Markdown."""
+    holds of `names`; returns the Markdown. `base_tau`: the τ of the run's config, where a
+    SpecGuard method without a τ override sits on its sweep."""
     from ..errors import InputError
+    from .plots import plot, plot_tau_sweep, tau_series
 
     results = load_results(out, names)
     rows = summarize(results)
@@ -238,7 +172,7 @@ def write_summary(out: Path, names: list[str], command: str, *, sweep: bool) -> 
         if extra:
             summary += "\n" + extra
     (out / "summary.md").write_text(summary)
-    plot(rows, out / "accuracy_vs_latency.png")
-    if sweep:
-        plot_tau_sweep(rows, out / "tau_sweep.png")
+    plot(rows, out / "accuracy_vs_latency.png", base_tau)
+    if sweep or any(len(points) > 1 for points in tau_series(rows, base_tau).values()):
+        plot_tau_sweep(rows, out / "tau_sweep.png", base_tau)
     return summary

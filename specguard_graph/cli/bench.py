@@ -109,7 +109,8 @@ def bench(
                       "sd_target": sd_target, "quantize": quantize}  # fmt: skip
             _run(names, dataset.value, data, limit, offset, seed, config, max_tokens, out, models)
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
-        Console().print(write_summary(out, names, command, sweep=bool(taus)))
+        base_tau = load_config(config, {}).tau
+        Console().print(write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau))
         if html_dir is not None:
             from ..bench.pages import write_pages
 

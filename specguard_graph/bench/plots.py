@@ -1,0 +1,96 @@
+"""The bench's plots: accuracy against latency (each τ sweep drawn as its frontier, the goal
+region shaded) and the τ sweep's accuracy, target share and latency ratio against τ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+GOAL_POINTS, GOAL_RATIO = 2.0, 0.75  # the goal: within 2 points of target, at <= 0.75x latency
+
+
+def plot(rows: list[dict[str, Any]], path: Path, base_tau: float | None = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    target = next((r for r in rows if r["method"] == "target"), None)
+    if target is not None:
+        x_max = GOAL_RATIO * target["median_latency_s"]
+        y_min = 100 * target["accuracy"] - GOAL_POINTS
+        goal = f"goal: ≥ target − {GOAL_POINTS:g} points at ≤ {GOAL_RATIO}× latency"
+        ax.fill_between([0, x_max], y_min, 100, color="tab:green", alpha=0.12, label=goal)
+    for name, points in tau_series(rows, base_tau).items():
+        if len(points) > 1:
+            ax.plot([r["median_latency_s"] for _, r in points],
+                    [100 * r["accuracy"] for _, r in points], "-", alpha=0.6,
+                    label=f"{name}, τ " + " → ".join(f"{t:g}" for t, _ in points))  # fmt: skip
+    for r in rows:
+        lo, hi = r["ci"]
+        acc = 100 * r["accuracy"]
+        ax.errorbar(r["median_latency_s"], acc, yerr=[[acc - 100 * lo], [100 * hi - acc]],
+                    fmt="o", capsize=3)  # fmt: skip
+        ax.annotate(r["method"], (r["median_latency_s"], acc), textcoords="offset points",
+                    xytext=(5, 4), fontsize=8)  # fmt: skip
+    ax.set_xlim(left=0)
+    ax.set_xlabel("median latency per problem (s)")
+    ax.set_ylabel("accuracy (%), 95% Wilson CI")
+    ax.set_title(f"accuracy vs latency, n = {rows[0]['n'] if rows else 0}")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def tau_series(rows: list[dict[str, Any]], base_tau: float | None = None
+               ) -> dict[str, list[tuple[float, dict[str, Any]]]]:  # fmt: skip
+    """Rows of a τ sweep grouped by method without its τ, each series sorted by τ. A SpecGuard
+    method without a τ override runs at the config's τ: with `base_tau` it joins its series."""
+    from .methods import ABLATIONS, parse
+
+    series: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    for r in rows:
+        base, overrides = parse(r["method"])
+        tau = overrides.get("tau", base_tau if base in ABLATIONS else None)
+        if tau is None or ("tau" not in overrides and base_tau is None):
+            continue
+        rest = "+".join(f"{k}={v}" for k, v in overrides.items() if k != "tau")
+        series.setdefault(f"{base}@{rest}" if rest else base, []).append((tau, r))
+    return {name: sorted(points, key=lambda p: p[0]) for name, points in series.items()}
+
+
+def plot_tau_sweep(rows: list[dict[str, Any]], path: Path, base_tau: float | None = None
+                   ) -> None:  # fmt: skip
+    """Accuracy, target share and latency ratio against τ, with target-only for reference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    target = next((r for r in rows if r["method"] == "target"), None)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    for name, points in tau_series(rows, base_tau).items():
+        taus = [t for t, _ in points]
+        axes[0].plot(taus, [100 * r["accuracy"] for _, r in points], "o-", label=name)
+        axes[1].plot(taus, [r["target_share"] or 0.0 for _, r in points], "o-", label=name)
+        if target is not None:
+            axes[2].plot(taus, [r["latency_ratio"] for _, r in points], "o-", label=name)
+    if target is not None:
+        axes[0].axhline(100 * target["accuracy"], color="k", ls="--", lw=1, label="target")
+        axes[2].axhline(1.0, color="k", ls="--", lw=1, label="target")
+        axes[2].axhline(GOAL_RATIO, color="r", ls=":", lw=1, label=f"{GOAL_RATIO} × target")
+    for ax, ylabel in zip(axes, ("accuracy (%)", "share of steps recomputed by target",
+                                 "median latency / target's"), strict=True):  # fmt: skip
+        ax.set_xlabel("τ")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    axes[2].legend(fontsize=7)
+    fig.suptitle(f"τ sweep, n = {rows[0]['n'] if rows else 0} problems")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
