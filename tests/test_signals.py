@@ -113,3 +113,17 @@ def test_decision_mixes_with_beta_and_flips_exactly_at_tau():
     assert at.accepted and not above.accepted
     d2 = decide_step(grounding=0.8, logprob=-10.0, config=cfg)  # g_n = 1, lp_n = 0
     assert d2.score == pytest.approx(0.7)
+
+
+def test_a_cut_steps_grounding_reads_only_the_tokens_it_keeps():
+    """A program step cut at its closing fence keeps 2 of its 3 sampled tokens; the third (the
+    start of an output it made up) attends only to itself. Its ABGV is that of the 2 kept
+    tokens alone, as if the tail had never been sampled; an uncut step keeps every row."""
+    from specguard_graph.nodes.grounding import kept
+
+    whole = t([[[0.6, 0.4, 0.0, 0.0], [0.2, 0.5, 0.3, 0.0], [0.0, 0.0, 0.0, 1.0]]])
+    two = t([[[0.6, 0.4, 0.0], [0.2, 0.5, 0.3]]])
+    cut = {"text": "```", "tokens": 2, "dropped": "\n```output\n99\n```"}
+    g_cut = grounding_score(kept([whole], 1, cut), 1)[0]
+    assert g_cut == pytest.approx(grounding_score([two], 1)[0]) == pytest.approx(0.1)
+    assert grounding_score(kept([whole], 1, {"tokens": 3, "dropped": None}), 1)[0] == 0.0

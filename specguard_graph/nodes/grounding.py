@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from langgraph.runtime import Runtime
 
 from ..context import RunContext
@@ -12,11 +14,22 @@ from .common import Deps, Update, emit, step_index, timed
 from .signals import captured_sample, missing, scored_signals
 
 
-def _grounding(sample: Sample, row: int, sparsify: float) -> float | None:
+def kept(atts: list[Any], prefix: int, cand: dict[str, Any]) -> list[Any]:
+    """The attention rows of a candidate's kept tokens. A step cut at its program's closing
+    fence (`ProgramSteps.trim`) is judged on what it keeps; the rows of the output it went on
+    to make up were captured while sampling, but no model ever reads that output."""
+    if cand.get("dropped") is None:
+        return atts
+    n = cand["tokens"]
+    return [a[:, :n, : prefix + n] for a in atts]
+
+
+def _grounding(sample: Sample, row: int, cand: dict[str, Any], sparsify: float) -> float | None:
     try:
         if not sample.candidates[row].n_scored:
             return None
-        return grounding_score(sample.attentions(row), sample.prefix_len, sparsify=sparsify)[0]
+        atts = kept(sample.attentions(row), sample.prefix_len, cand)
+        return grounding_score(atts, sample.prefix_len, sparsify=sparsify)[0]
     except ValueError:
         return None
 
@@ -32,6 +45,7 @@ def score_grounding(state: SpecGuardState, runtime: Runtime[RunContext], *, deps
         if sample is not None:
             prefix = sample.prefix_len
             atts = sample.attentions(sel) if sample.candidates[sel].n_scored else []
+            atts = kept(atts, prefix, state["candidates"][sel])
         else:
             _, atts, prefix = scored_signals(deps, cfg, state, session)
         if not atts:
@@ -43,8 +57,8 @@ def score_grounding(state: SpecGuardState, runtime: Runtime[RunContext], *, deps
         update["grounding_error"] = f"grounding unavailable: {exc}"
     if sample is not None and len(sample.candidates) > 1:  # evidence: every candidate's ABGV
         update["candidate_grounding"] = [
-            update["grounding"] if i == sel else _grounding(sample, i, cfg.sparsify)
-            for i in range(len(sample.candidates))
+            update["grounding"] if i == sel else _grounding(sample, i, cand, cfg.sparsify)
+            for i, cand in enumerate(state["candidates"])
         ]
     emit("grounding", step=step_index(state), grounding=update["grounding"])
     return update
