@@ -265,7 +265,8 @@ def test_a_method_at_the_configs_tau_joins_its_sweep_and_the_plot_draws_the_fron
 
     def row(method: str, acc: float, lat: float) -> dict:
         return {"method": method, "n": 10, "accuracy": acc, "ci": (acc - 0.1, acc + 0.1),
-                "median_latency_s": lat, "target_share": 0.2, "latency_ratio": lat / 20}  # fmt: skip
+                "median_latency_s": lat, "target_share": 0.2,
+                "latency_ratio": lat / 20}  # fmt: skip
 
     rows = [row("target", 0.5, 20.0), row("specguard-greedy", 0.3, 12.0),
             row("specguard-greedy@tau=0.7", 0.45, 18.0),
