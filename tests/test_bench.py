@@ -261,7 +261,7 @@ def test_champ_stress_set_interleaves_categories():
 def test_a_method_at_the_configs_tau_joins_its_sweep_and_the_plot_draws_the_frontier(tmp_path):
     """`specguard-greedy` runs at the config's τ, so with it the series holds both points; an
     override other than τ is its own series; the plot shades the goal region next to them."""
-    from specguard_graph.bench.plots import plot, tau_series
+    from specguard_graph.bench.plots import plot
 
     def row(method: str, acc: float, lat: float) -> dict:
         return {"method": method, "n": 10, "accuracy": acc, "ci": (acc - 0.1, acc + 0.1),

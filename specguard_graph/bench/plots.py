@@ -56,7 +56,7 @@ def tau_series(rows: list[dict[str, Any]], base_tau: float | None = None
     for r in rows:
         base, overrides = parse(r["method"])
         tau = overrides.get("tau", base_tau if base in ABLATIONS else None)
-        if tau is None or ("tau" not in overrides and base_tau is None):
+        if tau is None:  # a plain method, or a SpecGuard one whose config τ is not known
             continue
         rest = "+".join(f"{k}={v}" for k, v in overrides.items() if k != "tau")
         series.setdefault(f"{base}@{rest}" if rest else base, []).append((tau, r))
