@@ -277,3 +277,22 @@ def test_a_method_at_the_configs_tau_joins_its_sweep_and_the_plot_draws_the_fron
     assert [t for t, _ in tau_series(rows)["specguard-greedy"]] == [0.7]  # τ unknown: left out
     plot(rows, tmp_path / "p.png", base_tau=0.304)
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_the_summary_says_whether_a_method_reaches_the_goal_region():
+    from specguard_graph.bench.report import goal_markdown
+
+    def row(method: str, acc: float, ratio: float) -> dict:
+        return {"method": method, "accuracy": acc, "latency_ratio": ratio}
+
+    target = row("target", 0.50, 1.0)
+    slow_exact, fast_wrong = row("sd", 0.50, 0.85), row("draft", 0.30, 0.40)
+    almost = row("specguard-greedy", 0.47, 0.70)  # 3 points below: misses by a point
+    verdict = goal_markdown([target, slow_exact, fast_wrong, almost])
+    assert "≥ 48.0 %" in verdict and "**Not reached.**" in verdict
+    assert "Most accurate at ≤ 0.75×: `specguard-greedy` (47.0 %, 0.70×)" in verdict
+    assert "Fastest within 2 points: `sd` (50.0 %, 0.85×)" in verdict
+    inside = row("specguard-greedy@beta=1", 0.48, 0.75)  # on both edges: inside
+    reached = goal_markdown([target, slow_exact, almost, inside])
+    assert "**Reached** by `specguard-greedy@beta=1` (48.0 %, 0.75×)." in reached
+    assert goal_markdown([slow_exact]) == ""

@@ -153,6 +153,37 @@ def lossless_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def goal_markdown(rows: list[dict[str, Any]]) -> str:
+    """Whether any method reaches the goal region and, if none does, which comes closest
+    from each side, so the verdict is read from the run rather than off a plot."""
+    from .plots import GOAL_POINTS, GOAL_RATIO
+
+    target = next((r for r in rows if r["method"] == "target"), None)
+    if target is None:
+        return ""
+    floor = 100 * target["accuracy"] - GOAL_POINTS
+    others = [r for r in rows if r["method"] != "target" and r["latency_ratio"] is not None]
+    fast = [r for r in others if r["latency_ratio"] <= GOAL_RATIO]
+    near = [r for r in others if 100 * r["accuracy"] >= floor - 1e-9]
+
+    def show(r: dict[str, Any]) -> str:
+        return f"`{r['method']}` ({100 * r['accuracy']:.1f} %, {r['latency_ratio']:.2f}×)"
+
+    line = (f"Goal: accuracy ≥ {floor:.1f} % (target − {GOAL_POINTS:g} points) at ≤ "
+            f"{GOAL_RATIO}× the target's median latency. ")  # fmt: skip
+    hits = [r for r in fast if r in near]
+    if hits:
+        return line + "**Reached** by " + ", ".join(map(show, hits)) + ".\n"
+    line += "**Not reached.**"
+    if fast:
+        best = max(fast, key=lambda r: (r["accuracy"], -r["latency_ratio"]))
+        line += f" Most accurate at ≤ {GOAL_RATIO}×: {show(best)}."
+    if near:
+        quickest = min(near, key=lambda r: r["latency_ratio"])
+        line += f" Fastest within {GOAL_POINTS:g} points: {show(quickest)}."
+    return line + "\n"
+
+
 def write_summary(out: Path, names: list[str], command: str, *, sweep: bool,
                   base_tau: float | None = None) -> str:  # fmt: skip
     """summary.md (table, paired comparison, lossless check) and the plots for what `out`
@@ -168,7 +199,9 @@ def write_summary(out: Path, names: list[str], command: str, *, sweep: bool,
     summary = markdown(rows, command)
     from .program_stats import program_markdown
 
-    for extra in (paired_markdown(results), lossless_markdown(results), program_markdown(results)):
+    extras = (goal_markdown(rows), paired_markdown(results), lossless_markdown(results),
+              program_markdown(results))  # fmt: skip
+    for extra in extras:
         if extra:
             summary += "\n" + extra
     (out / "summary.md").write_text(summary)
