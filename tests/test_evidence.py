@@ -261,3 +261,18 @@ def test_refusing_fabricated_output_ranks_invented_program_results_below_every_s
     res = held_out(problems, {SCORE: lambda s, c: s["score"]}, {"good": lambda s, c, r: c["good"]})
     assert res[NO_FABRICATED]["good"] > 0.97
     assert res[SCORE]["good"] < 0.9
+
+
+def test_step_position_is_a_baseline_that_exposes_a_label_tracking_position():
+    """The judge rates partial solutions low: a label that only follows position must show
+    up as a perfect AUROC for the position baseline, not as a merit of some signal."""
+    from specguard_graph.evidence.report import table
+
+    def step(i: int) -> tuple:
+        return {"score": 0.5}, {"position": i, "judge": 0.9 if i >= 3 else 0.1}, True
+
+    problems = [(f"p{k}", [step(i) for i in range(5)]) for k in range(4)]
+    md, _ = table(problems, draws=100)
+    row = next(line for line in md.splitlines() if line.startswith("| step position (later)"))
+    judge = row.split(" | ")[3]  # signal, arithmetic, no fabricated output, judge
+    assert judge.startswith("1.00 ") and "(8/12)" in judge

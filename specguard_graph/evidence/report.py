@@ -24,6 +24,9 @@ SIGNALS: dict[str, Callable[[Step, dict[str, Any]], float | None]] = {
     "target log-prob mean": lambda s, c: c.get("target_logprob_mean"),
     "step length (−tokens)": lambda s, c: -float(c.get("tokens") or 0),
     "no code": lambda s, c: float(not labels.contains_code(c.get("text", ""))),
+    # a label that only tracks how far into the solution a step is (the judge rates partial
+    # solutions low) shows up here, and a signal that merely tracks position cannot beat it
+    "step position (later)": lambda s, c: float(c.get("position") or 0),
 }
 # label name -> is the scored candidate good? (None: the label says nothing about this step)
 LABELS: dict[str, Callable[[Step, dict[str, Any], bool], bool | None]] = {
