@@ -276,3 +276,24 @@ def test_step_position_is_a_baseline_that_exposes_a_label_tracking_position():
     row = next(line for line in md.splitlines() if line.startswith("| step position (later)"))
     judge = row.split(" | ")[3]  # signal, arithmetic, no fabricated output, judge
     assert judge.startswith("1.00 ") and "(8/12)" in judge
+
+
+def test_refusing_false_arithmetic_ranks_steps_with_a_wrong_equation_last():
+    """Known answer: a step that states a false equation hurts whatever its score; the rule
+    that refuses it ranks those steps below all others, the score alone does not."""
+    import random
+
+    from specguard_graph.evidence.rules import NO_FALSE_MATH, SCORE, held_out
+
+    rng = random.Random(3)
+    problems = []
+    for p in range(30):
+        rows = []
+        for i in range(6):
+            wrong, score = i == 2, rng.random()
+            text = "So 48 / 2 = 26 clips." if wrong else "So 48 / 2 = 24 clips."
+            c = {"position": i, "text": text, "good": not wrong and score > 0.3}
+            rows.append(({"score": score}, c, False))
+        problems.append((f"p{p}", rows))
+    res = held_out(problems, {SCORE: lambda s, c: s["score"]}, {"good": lambda s, c, r: c["good"]})
+    assert res[NO_FALSE_MATH]["good"] > 0.97 and res[SCORE]["good"] < 0.9

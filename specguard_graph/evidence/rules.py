@@ -11,7 +11,9 @@ stands (no fitting), so the table says what each buys:
   threshold on it is a τ per position, since the first steps of a solution may need a
   different bar than the last;
 * refusing fabricated output: the score, except that a step writing a program's output block
-  itself scores below every τ (`reject_fabricated_output`; nothing to fit).
+  itself scores below every τ (`reject_fabricated_output`; nothing to fit);
+* refusing false arithmetic: the score, except that a step stating an equation that does not
+  hold scores below every τ (a check as cheap as the fabricated-output one; nothing to fit).
 Target-side log-prob gating is the single signal "target log-prob min" (after `--annotate`).
 """
 
@@ -28,10 +30,11 @@ Step = dict[str, Any]
 Problems = list[tuple[str, list[tuple[Step, dict[str, Any], bool]]]]
 SCORE = "score (β-mix)"
 POSITIONS = 5  # one-hot buckets: 0, 1, 2, 3, 4 and later
-COMBINER, PER_POSITION, NO_FABRICATED = (
+COMBINER, PER_POSITION, NO_FABRICATED, NO_FALSE_MATH = (
     "logistic (all signals)",
     "per-position τ (score, offset per step 0–4+)",
     "score, fabricated output refused",
+    "score, false arithmetic refused",
 )
 
 
@@ -73,6 +76,10 @@ def _refused(score: float, c: dict[str, Any]) -> float:
     return -1.0 if text_labels.fabricated_output(c.get("text", "")) else score
 
 
+def _false_math(score: float, c: dict[str, Any]) -> float:
+    return -1.0 if text_labels.arithmetic(c.get("text", "")) is False else score
+
+
 def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any],
              folds: int = 5) -> dict[str, dict[str, float | None]]:  # fmt: skip
     """{rule: {label: held-out AUROC}} for the fitted rules and each single signal. Only
@@ -97,6 +104,9 @@ def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any]
         )
         rules[NO_FABRICATED] = lambda x, y, cs, g: [
             _refused(r[j], c) for r, c in zip(x, cs, strict=True)
+        ]
+        rules[NO_FALSE_MATH] = lambda x, y, cs, g: [
+            _false_math(r[j], c) for r, c in zip(x, cs, strict=True)
         ]
     out: dict[str, dict[str, float | None]] = {rule: {} for rule in [*rules, *names]}
     for lname, label in labels.items():
