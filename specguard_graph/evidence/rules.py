@@ -72,12 +72,11 @@ def _cross_validated(x: Any, y: Any, groups: list[int], folds: int) -> list[floa
     return pooled.tolist()
 
 
-def _refused(score: float, c: dict[str, Any]) -> float:
-    return -1.0 if text_labels.fabricated_output(c.get("text", "")) else score
-
-
-def _false_math(score: float, c: dict[str, Any]) -> float:
-    return -1.0 if text_labels.arithmetic(c.get("text", "")) is False else score
+# rules that keep the score but put a step whose text fails a cheap check below every τ
+REFUSALS: dict[str, Callable[[str], bool]] = {
+    NO_FABRICATED: text_labels.fabricated_output,
+    NO_FALSE_MATH: lambda text: text_labels.arithmetic(text) is False,
+}
 
 
 def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any],
@@ -102,12 +101,10 @@ def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any]
         rules[PER_POSITION] = lambda x, y, cs, g: _cross_validated(
             np.array([[r[j], *_position(c)] for r, c in zip(x, cs, strict=True)]), y, g, folds
         )
-        rules[NO_FABRICATED] = lambda x, y, cs, g: [
-            _refused(r[j], c) for r, c in zip(x, cs, strict=True)
-        ]
-        rules[NO_FALSE_MATH] = lambda x, y, cs, g: [
-            _false_math(r[j], c) for r, c in zip(x, cs, strict=True)
-        ]
+        for name, refuse in REFUSALS.items():
+            rules[name] = lambda x, y, cs, g, refuse=refuse: [
+                -1.0 if refuse(c.get("text", "")) else r[j] for r, c in zip(x, cs, strict=True)
+            ]
     out: dict[str, dict[str, float | None]] = {rule: {} for rule in [*rules, *names]}
     for lname, label in labels.items():
         xs, ys, cs, groups = [], [], [], []
