@@ -63,6 +63,11 @@ class SpecGuardConfig(BaseModel):
         description="any steps: a draft step that writes a program's output block itself (a "
         "result nothing executed) is recomputed by the target, whatever its score",
     )
+    reject_false_arithmetic: bool = Field(
+        False,
+        description="any steps: a draft step that states an equation that does not hold "
+        "(`48 / 2 = 25`, LaTeX included) is recomputed by the target, whatever its score",
+    )
     interrupt_on_reject: bool = Field(
         False,
         description="pause on a rejected draft step; resume with accept, recompute or an edit",

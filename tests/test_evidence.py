@@ -6,14 +6,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from specguard_graph.arithmetic import arithmetic, equations, evaluate, false_equation
 from specguard_graph.cli import app
-from specguard_graph.evidence.labels import (
-    arithmetic,
-    contains_code,
-    equations,
-    evaluate,
-    fabricated_output,
-)
+from specguard_graph.evidence.labels import contains_code, fabricated_output
 from specguard_graph.evidence.stats import auroc, bootstrap, roc
 
 
@@ -38,6 +33,15 @@ from specguard_graph.evidence.stats import auroc, bootstrap, roc
 )
 def test_arithmetic_labels(text, verdict):
     assert arithmetic(text) is verdict, equations(text)
+
+
+def test_the_live_refusal_names_the_first_false_equation_and_spares_a_cut_last_line():
+    assert false_equation("So 5 * 6 = 30 and 30 + 2 = 33.") == "30 + 2 = 33"
+    assert false_equation(r"$3 \times 4 = 12$") is None
+    cut = "First 6 * 12 = 72 clips.\nThen 72 * 2 = 14"  # cut at the token limit inside "144"
+    assert false_equation(cut) == "72 * 2 = 14"
+    assert false_equation(cut, cut=True) is None
+    assert false_equation("6 * 12 = 7", cut=True) is None  # one cut line: nothing to check
 
 
 def test_the_parser_evaluates_arithmetic_only():

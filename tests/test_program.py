@@ -110,22 +110,32 @@ def test_an_output_block_the_model_writes_is_never_accepted(tiny):
     assert step["source"] == "target" and step["reason"] == "writes its own program output"
 
 
-def test_plain_steps_can_refuse_an_output_block_the_model_writes(tiny):
-    """The evidence rule for plain reasoning: an invented program output goes to the target."""
-    from specguard_graph.bench.methods import parse
+@pytest.mark.parametrize(
+    "option, text, reason, method",
+    [
+        ("reject_fabricated_output", "```python\nprint(6 * 12)\n```\n```output\n72\n```",
+         "writes a program output nothing executed", "specguard-refuse-fabricated"),
+        ("reject_false_arithmetic", r"She sold $6 \times 12 = 74$ clips.",
+         "states a false equation: 6 * 12 = 74", "specguard-refuse-false-arithmetic"),
+    ],
+)  # fmt: skip
+def test_plain_steps_can_refuse_a_step_that_fails_a_text_check(tiny, option, text, reason, method):
+    """The evidence rules for plain reasoning: an invented program output or a false equation
+    goes to the target, whatever its score."""
+    from specguard_graph.bench.methods import ABLATIONS
 
-    def build(**cfg):
+    def build(draft_text, **cfg):
         config = SpecGuardConfig(k=1, beta=1.0, tau=0.0, max_steps=1, max_step_tokens=64, **cfg)
-        draft = scripted("```python\nprint(6 * 12)\n```\n```output\n72\n```")
-        return build_graph(draft, tiny.target, config=config).compile().invoke(Q)
+        return build_graph(scripted(draft_text), tiny.target, config=config).compile().invoke(Q)
 
-    (step,) = build()["steps"]  # off by default: accepted at τ = 0
+    (step,) = build(text)["steps"]  # off by default: accepted at τ = 0
     assert step["source"] == "draft"
-    (step,) = build(reject_fabricated_output=True)["steps"]
-    assert (
-        step["source"] == "target" and step["reason"] == "writes a program output nothing executed"
-    )
-    assert parse("specguard-refuse-fabricated")[0] == "specguard-refuse-fabricated"
+    (step,) = build(text, **{option: True})["steps"]
+    assert step["source"] == "target" and step["reason"] == reason
+    assert step["draft_text"] == text  # the refused step stays in the record
+    (step,) = build("She sold 6 * 12 = 72 clips.", **{option: True})["steps"]
+    assert step["source"] == "draft"  # a step that passes the check is still accepted
+    assert ABLATIONS[method] == {option: True}
 
 
 def test_plain_specs_keep_the_plain_graph(tiny):

@@ -37,6 +37,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "specguard-no-sparsify": {"sparsify": 0.0},
     "specguard-signal-target": {"signal_model": "target"},
     "specguard-refuse-fabricated": {"reject_fabricated_output": True},
+    "specguard-refuse-false-arithmetic": {"reject_false_arithmetic": True},
     # program steps (`ProgramSteps`): code the model writes is run, its real output follows
     "specguard-program": {},
     "specguard-greedy-program": {"k": 1, "temperature": 0.0},

@@ -13,7 +13,7 @@ stands (no fitting), so the table says what each buys:
 * refusing fabricated output: the score, except that a step writing a program's output block
   itself scores below every τ (`reject_fabricated_output`; nothing to fit);
 * refusing false arithmetic: the score, except that a step stating an equation that does not
-  hold scores below every τ (a check as cheap as the fabricated-output one; nothing to fit).
+  hold scores below every τ (`reject_false_arithmetic`; nothing to fit).
 Target-side log-prob gating is the single signal "target log-prob min" (after `--annotate`).
 """
 
@@ -23,7 +23,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from . import labels as text_labels
+from ..arithmetic import false_equation
+from ..steps import writes_output
 from .stats import auroc
 
 Step = dict[str, Any]
@@ -72,10 +73,13 @@ def _cross_validated(x: Any, y: Any, groups: list[int], folds: int) -> list[floa
     return pooled.tolist()
 
 
-# rules that keep the score but put a step whose text fails a cheap check below every τ
-REFUSALS: dict[str, Callable[[str], bool]] = {
-    NO_FABRICATED: text_labels.fabricated_output,
-    NO_FALSE_MATH: lambda text: text_labels.arithmetic(text) is False,
+# rules that keep the score but put a candidate failing a cheap check below every τ; the same
+# checks as the live options (`reject_fabricated_output`, `reject_false_arithmetic`)
+REFUSALS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    NO_FABRICATED: lambda c: writes_output(c.get("text", "")),
+    NO_FALSE_MATH: lambda c: (
+        false_equation(c.get("text", ""), cut=c.get("ended") == "length") is not None
+    ),
 }
 
 
@@ -103,7 +107,7 @@ def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any]
         )
         for name, refuse in REFUSALS.items():
             rules[name] = lambda x, y, cs, g, refuse=refuse: [
-                -1.0 if refuse(c.get("text", "")) else r[j] for r, c in zip(x, cs, strict=True)
+                -1.0 if refuse(c) else r[j] for r, c in zip(x, cs, strict=True)
             ]
     out: dict[str, dict[str, float | None]] = {rule: {} for rule in [*rules, *names]}
     for lname, label in labels.items():

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
+from ..arithmetic import false_equation
 from ..config import SpecGuardConfig
 from ..context import RunContext
 from ..scoring import decide_signals
 from ..state import Decision, SpecGuardState
 from ..steps import writes_output
 from .common import Deps, Update, emit, step_index, timed
+
+
+def _refusal(cfg: SpecGuardConfig, cand: dict) -> str | None:
+    """Why a draft step fails a cheap check on its text, whatever its score (None: it passes)."""
+    if cfg.reject_fabricated_output and writes_output(cand["text"]):
+        return "writes a program output nothing executed"
+    if cfg.reject_false_arithmetic and (
+        eq := false_equation(cand["text"], cut=cand.get("ended") == "length")
+    ):
+        return f"states a false equation: {eq}"
+    return None
 
 
 def _decision(state: SpecGuardState, cfg: SpecGuardConfig) -> Decision:
@@ -49,12 +61,8 @@ def decide(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -
     refused = (state.get("program") or {}).get("refused")
     if refused and cfg.reject_failed_programs and decision["accepted"]:
         decision.update(accepted=False, reason=refused)  # the score stays for the record
-    elif (
-        cfg.reject_fabricated_output
-        and decision["accepted"]
-        and writes_output(state["candidates"][state["selected"]]["text"])
-    ):
-        decision.update(accepted=False, reason="writes a program output nothing executed")
+    elif decision["accepted"] and (why := _refusal(cfg, state["candidates"][state["selected"]])):
+        decision.update(accepted=False, reason=why)
     if (
         cfg.adaptive_band is not None
         and cfg.k > 1
