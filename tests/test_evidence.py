@@ -2,6 +2,7 @@
 on bench records written by tiny models."""
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -198,7 +199,7 @@ def test_a_combiner_scored_on_held_out_problems_beats_each_signal_when_both_matt
     perfectly; a label unrelated to both stays at chance."""
     import random
 
-    from specguard_graph.evidence.rules import held_out
+    from specguard_graph.evidence.rules import held_out, held_out_scores, markdown
 
     rng = random.Random(0)
     problems = []
@@ -217,6 +218,14 @@ def test_a_combiner_scored_on_held_out_problems_beats_each_signal_when_both_matt
     assert res["logistic (all signals)"]["a + b > 0"] > 0.97
     assert 0.65 < res["a"]["a + b > 0"] < 0.85 and 0.65 < res["b"]["a + b > 0"] < 0.85
     assert abs(res["logistic (all signals)"]["noise"] - 0.5) < 0.1
+    # the table gives each held-out AUROC a bootstrap interval over problems
+    md = markdown(held_out_scores(problems, signals, labels), draws=200)
+    row = next(line for line in md.splitlines() if line.startswith("| logistic (all signals) |"))
+    (a, lo, hi), (n, n_lo, n_hi) = (
+        [float(v) for v in re.findall(r"\d\.\d\d", cell)] for cell in row.split(" | ")[1:3]
+    )
+    assert a == round(res["logistic (all signals)"]["a + b > 0"], 2) and lo <= a <= hi
+    assert n_lo <= n <= n_hi < 0.6  # no signal found in noise
 
 
 def test_a_tau_per_step_position_fitted_on_other_problems_beats_one_tau_when_the_bar_moves():

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..arithmetic import false_equation
 from ..steps import writes_output
-from .stats import auroc
+from .stats import auroc, bootstrap
 
 Step = dict[str, Any]
 Problems = list[tuple[str, list[tuple[Step, dict[str, Any], bool]]]]
@@ -83,12 +83,16 @@ REFUSALS: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
-def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any],
-             folds: int = 5) -> dict[str, dict[str, float | None]]:  # fmt: skip
-    """{rule: {label: held-out AUROC}} for the fitted rules and each single signal. Only
-    signals present on every step take part (e.g. no grounding for a served draft, no target
-    log-probs before `--annotate`), so every rule is scored on the same steps; the rules built
-    on the score need it to be among them."""
+# per label: (problem index of each step, its label, {rule: held-out score of each step})
+Pooled = dict[str, tuple[list[int], list[bool], dict[str, list[float]]] | None]
+
+
+def held_out_scores(problems: Problems, signals: dict[str, Any], labels: dict[str, Any],
+                    folds: int = 5) -> Pooled:  # fmt: skip
+    """Every step's held-out score under the fitted rules and each single signal, per label
+    (None: the label has one class or one problem). Only signals present on every step take
+    part (e.g. no grounding for a served draft, no target log-probs before `--annotate`), so
+    every rule is scored on the same steps; the rules built on the score need it among them."""
     import numpy as np
 
     every = [(s, c) for _, rows in problems for s, c, _ in rows]
@@ -109,7 +113,7 @@ def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any]
             rules[name] = lambda x, y, cs, g, refuse=refuse: [
                 -1.0 if refuse(c) else r[j] for r, c in zip(x, cs, strict=True)
             ]
-    out: dict[str, dict[str, float | None]] = {rule: {} for rule in [*rules, *names]}
+    out: Pooled = {}
     for lname, label in labels.items():
         xs, ys, cs, groups = [], [], [], []
         for g, (_, rows) in enumerate(problems):
@@ -118,20 +122,48 @@ def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any]
                 if row is not None and v is not None:
                     xs.append(row), ys.append(bool(v)), cs.append(c), groups.append(g)
         if len(set(ys)) < 2 or len(set(groups)) < 2:
-            for rule in out:
-                out[rule][lname] = None
+            out[lname] = None
             continue
         x, y = np.array(xs), np.array(ys)
-        for rule, scores in rules.items():
-            out[rule][lname] = auroc(scores(x, y, cs, groups), ys)
-        for k, name in enumerate(names):
-            out[name][lname] = auroc(x[:, k].tolist(), ys)
+        scores = {rule: list(fn(x, y, cs, groups)) for rule, fn in rules.items()}
+        scores |= {name: x[:, k].tolist() for k, name in enumerate(names)}
+        out[lname] = (groups, ys, scores)
     return out
 
 
-def markdown(result: dict[str, dict[str, float | None]], labels: list[str]) -> str:
+def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any],
+             folds: int = 5) -> dict[str, dict[str, float | None]]:  # fmt: skip
+    """{rule: {label: held-out AUROC}} (see `held_out_scores`)."""
+    out: dict[str, dict[str, float | None]] = {}
+    pooled = held_out_scores(problems, signals, labels, folds)
+    for lname, entry in pooled.items():
+        for rule in _rules(pooled):
+            out.setdefault(rule, {})[lname] = (
+                None if entry is None else auroc(entry[2][rule], entry[1])
+            )
+    return out
+
+
+def _rules(pooled: Pooled) -> list[str]:
+    return next((list(e[2]) for e in pooled.values() if e is not None), [])
+
+
+def markdown(pooled: Pooled, *, draws: int = 1000) -> str:
+    """One row per rule, one cell per label: held-out AUROC [95 % bootstrap CI over problems]."""
+    labels = list(pooled)
     lines = ["| rule | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
-    for rule, by_label in result.items():
-        cells = ["—" if by_label.get(lab) is None else f"{by_label[lab]:.2f}" for lab in labels]
+    for rule in _rules(pooled):
+        cells = []
+        for entry in pooled.values():
+            a = None if entry is None else auroc(entry[2][rule], entry[1])
+            if entry is None or a is None:
+                cells.append("—")
+                continue
+            groups, ys, scores = entry
+            by_problem: dict[int, list[tuple[float, bool]]] = {}
+            for g, v, y in zip(groups, scores[rule], ys, strict=True):
+                by_problem.setdefault(g, []).append((v, y))
+            ci = bootstrap(list(by_problem.values()), draws=draws)
+            cells.append(f"{a:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
         lines.append(f"| {rule} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
