@@ -13,12 +13,12 @@ from ..arithmetic import false_equation
 from ..config import SpecGuardConfig
 from ..context import RunContext
 from ..scoring import decide_signals
-from ..state import Decision, SpecGuardState
+from ..state import CandidateRecord, Decision, SpecGuardState
 from ..steps import writes_output
 from .common import Deps, Update, emit, step_index, timed
 
 
-def _refusal(cfg: SpecGuardConfig, cand: dict) -> str | None:
+def _refusal(cfg: SpecGuardConfig, cand: CandidateRecord) -> str | None:
     """Why a draft step fails a cheap check on its text, whatever its score (None: it passes)."""
     if cfg.reject_fabricated_output and writes_output(cand["text"]):
         return "writes a program output nothing executed"
