@@ -28,6 +28,9 @@ _FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+)(?![\d,])")
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\\%|%)")
 _SIDE = r"[\d.\s+\-*/()^]*"  # what an arithmetic side of an equation may hold
+_COMPUTES = re.compile(r"\d[\s)]*[+\-*/]|[+\-*/][\s(]*\d")  # an operation between numbers
+_HUNDREDTHS = re.compile(r"\((\d+(?:\.\d+)?)/100\)")  # "35%" after `normalise`
+_BULLET = re.compile(r"^\s*[-*]\s+")  # a markdown list item's "- ", not a minus sign
 
 
 def normalise(text: str) -> str:
@@ -71,25 +74,47 @@ def _decimals(side: str) -> int:
     return len(m.group(1) or "") if m else 9
 
 
+def _holds(a: float, b: float, right: str) -> bool:
+    """a equals the right side b, as written: to its decimals, and "7 / 20 * 100 = 35%" holds
+    too (a percentage stated as its number of hundredths)."""
+    tol = max(1e-9 * max(abs(a), 1.0), 0.5 * 10 ** -_decimals(right) + 1e-12)
+    if abs(a - b) <= tol:
+        return True
+    percent = _HUNDREDTHS.fullmatch(right.strip())
+    if not percent:
+        return False
+    return abs(a - 100 * b) <= max(1e-9 * abs(a), 0.5 * 10 ** -_decimals(percent.group(1)) + 1e-12)
+
+
+def _left_side(left_raw: str) -> str | None:
+    """The arithmetic that ends an equation's left side, or None when that is no computation
+    on numbers alone: "x = 5" and "48 = 48" (no operation), "60% = 30" (a percentage is no
+    operation), "x + 2 = 12" and "V - 3 = 7" (the run starts inside a term with a name)."""
+    left = re.search(rf"{_SIDE}$", left_raw).group(0)  # type: ignore[union-attr]
+    before, run = left_raw[: len(left_raw) - len(left)].rstrip(), left.strip()
+    if not run or run[0] in "+*/" or (run[0] == "-" and before[-1:].isalnum()):
+        return None
+    if not re.search(r"\d", run) or not _COMPUTES.search(_HUNDREDTHS.sub(r"\1", run)):
+        return None
+    return left
+
+
 def equations(text: str) -> list[tuple[str, str, bool]]:
     """(left, right, true?) for every `a op b = c` the text states with numbers on both sides;
     a right side written with d decimals may be rounded to d decimals."""
     found = []
     for line in normalise(text).splitlines():
-        sides = re.split(r"=+", line)
+        sides = re.split(r"=+", _BULLET.sub("", line))
         for left_raw, right_raw in itertools.pairwise(sides):
-            left = re.search(rf"{_SIDE}$", left_raw).group(0)  # type: ignore[union-attr]
+            left = _left_side(left_raw)
             right = re.match(_SIDE, right_raw).group(0)  # type: ignore[union-attr]
             right = re.split(r"\.\s|\.$", right)[0]  # a sentence's full stop
-            if not re.search(r"\d", left) or not re.search(
-                r"\d[\s)]*[+\-*/]|[+\-*/][\s(]*\d", left
-            ):
-                continue  # not a computation: "x = 5", "48 = 48"
+            if left is None:
+                continue
             a, b = evaluate(left), evaluate(right)
             if a is None or b is None:
                 continue
-            tol = max(1e-9 * max(abs(a), 1.0), 0.5 * 10 ** -_decimals(right) + 1e-12)
-            found.append((left.strip(), right.strip(), abs(a - b) <= tol))
+            found.append((left.strip(), right.strip(), _holds(a, b, right)))
     return found
 
 

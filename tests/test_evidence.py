@@ -24,6 +24,14 @@ from specguard_graph.evidence.stats import auroc, bootstrap, roc
         ("1,200 + 300 = 1,500 dollars", True),
         ("1,200 + 300 = 1,600 dollars", False),
         ("50% * 80 = 40", True),
+        (r"\[ \left( \frac{7}{20} \right) \times 100 = 35\% \]", True),  # hundredths
+        (r"\frac{7}{20} \times 100 = 45\%", False),
+        ("7 / 20 = 35%", True),
+        (r"\[ x + 2 = 12 \]", None),  # a name's term, not arithmetic
+        (r"we get \( V - 10 = 50 \).", None),
+        (r"- \(0.40 \times 60 = 24\) questions are easy.", True),  # a list item, not a minus
+        (r"\(100\% - 40\% = 60\% = 30\)", True),  # "60% = 30" states no operation
+        ("-5 + 3 = -2", True),
         ("10 / 3 = 3.33 hours", True),  # rounded to the digits written
         ("10 / 3 = 3.4 hours", False),
         ("2^10 = 1024", True),
