@@ -318,3 +318,29 @@ def test_refusing_false_arithmetic_ranks_steps_with_a_wrong_equation_last():
         problems.append((f"p{p}", rows))
     res = held_out(problems, {SCORE: lambda s, c: s["score"]}, {"good": lambda s, c, r: c["good"]})
     assert res[NO_FALSE_MATH]["good"] > 0.97 and res[SCORE]["good"] < 0.9
+
+
+def test_the_gate_cost_is_the_share_a_threshold_sends_to_catch_the_steps_that_hurt():
+    """Known answer: 10 value-labelled steps, 2 of them hurt, scored 0.1 and 0.3. A threshold
+    catching one sends the steps at or below 0.1 (1 of 10), catching both those at or below 0.3
+    (3 of 10); an oracle sends the 2 alone; a signal that is constant sends everything."""
+    from specguard_graph.evidence.gate import hurts, markdown, share_to_catch
+
+    assert hurts({"value_with": False, "value_without": True}) is True
+    assert hurts({"value_with": True, "value_without": True}) is False
+    assert hurts({"value_with": True, "value_without": False}) is False  # it helps
+    assert hurts({}) is None
+    scores = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    rows = [({"score": v}, {"value_with": v not in (0.1, 0.3), "value_without": True}, True)
+            for v in scores]  # fmt: skip
+    values = [(s["score"], bool(hurts(c))) for s, c, _ in rows]
+    assert share_to_catch(values, 0.5) == 0.1 and share_to_catch(values, 0.8) == 0.3
+    assert share_to_catch(values, 1.0) == 0.3 and share_to_catch([(0.5, False)], 1.0) is None
+    unlabelled = ({"score": 0.0}, {}, True)  # no value label: not counted
+    md = markdown([("p", [*rows, unlabelled])],
+                  {"score": lambda s, c: s["score"], "flat": lambda s, c: 1.0,
+                   "absent": lambda s, c: None})  # fmt: skip
+    assert "2 of 10 value-labelled steps hurt" in md and "sends 20% of the steps" in md
+    assert "| score | 10% | 30% | 30% |" in md and "| flat | 100% | 100% | 100% |" in md
+    assert "absent" not in md
+    assert markdown([("p", rows[3:5])], {"score": lambda s, c: s["score"]}) is None  # none hurts

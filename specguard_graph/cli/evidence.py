@@ -107,6 +107,10 @@ def evidence(
                 "fitted rule's interval leaves out the fit's own variance].\n\n"
                 + rules.markdown(fitted, draws=draws)
             )
+        from ..evidence import gate
+
+        cost = gate.markdown(problems, SIGNALS)
+        text += f"\n{cost}" if cost else ""
         (results / "evidence.md").write_text(text)
         plot(curves, results / "evidence_roc.png")
         Console().print(text)
