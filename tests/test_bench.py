@@ -1,6 +1,7 @@
 """The benchmark harness on tiny models: methods, grading, resume, report."""
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -196,10 +197,26 @@ def test_calibrate_command_writes_a_config_solve_accepts(tmp_path, model_args):
     res = CliRunner().invoke(app, ["calibrate", "--data", str(data), "--config", str(base),
                                    "--budget", "0.5", "--out", str(out), *models])  # fmt: skip
     assert res.exit_code == 0, res.output
+    fitted_msg = res.output
     cfg = SpecGuardConfig.from_file(out)
     assert cfg.k == 1 and 0.0 < cfg.tau <= 1.0 and cfg.grounding_range != (0.0, 0.875)
     res = CliRunner().invoke(app, ["solve", "2 + 2?", "--json", "--config", str(out), *models])
     assert res.exit_code == 0, res.output
+    # the dev signals are kept: another budget is a refit that loads no model
+    kept = tmp_path / "fitted.signals.json"
+    n_steps = int(re.search(r"from\s+(\d+)\s+dev\s+steps", fitted_msg).group(1))
+    assert len(json.loads(kept.read_text())["signals"]) == n_steps >= 5
+    refit = tmp_path / "refit.json"
+    res = CliRunner().invoke(app, ["calibrate", "--signals", str(kept), "--config", str(base),
+                                   "--budget", "0.9", "--out", str(refit),
+                                   "--draft", str(tmp_path / "no-such-model")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    again = SpecGuardConfig.from_file(refit)
+    assert again.grounding_range == cfg.grounding_range and again.tau >= cfg.tau
+    base.write_text(json.dumps({"k": 2, "max_steps": 3, "max_step_tokens": 8}))
+    res = CliRunner().invoke(app, ["calibrate", "--signals", str(kept), "--config", str(base),
+                                   "--out", str(refit)])  # fmt: skip
+    assert res.exit_code != 0 and "observed with other k=1" in res.output
 
 
 def test_problems_are_the_outer_loop(tmp_path):

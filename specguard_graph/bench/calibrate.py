@@ -3,12 +3,16 @@
 Run SpecGuard with τ = 0 (every draft step accepted, so every step's signals are observed
 on the draft's own trajectory), set each signal's range to its 5th-95th percentile, and
 put τ at the quantile of the combined score that sends `budget` of the steps to the target.
+The observed signals are kept beside the config, so a refit for another budget or β (same
+draft, so the same steps) costs no model run.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ..config import SpecGuardConfig
@@ -60,14 +64,51 @@ def fit(
                  "logprob_range": l_range, "dev_target_share": rejected}  # fmt: skip
 
 
-def calibrate(
-    draft, target, embedder, problems: list[Problem], base: SpecGuardConfig, budget: float,
+Signals = list[tuple[float | None, float | None]]
+
+
+def observe(
+    draft, target, embedder, problems: list[Problem], base: SpecGuardConfig,
     progress: Callable[[int, int], None] = lambda d, t: None,
-) -> tuple[SpecGuardConfig, dict[str, Any]]:  # fmt: skip
+) -> Signals:  # fmt: skip
+    """(ABGV, LPBV) of every draft step, with τ = 0 so every step is the draft's own."""
     graph = build_graph(draft, target, embedder=embedder, config=base.replace(tau=0.0)).compile()
-    signals: list[tuple[float | None, float | None]] = []
+    signals: Signals = []
     for i, p in enumerate(problems):
         out = graph.invoke({"question": p["question"]})
         signals += [(s["grounding"], s["logprob"]) for s in out["steps"] if s["source"] == "draft"]
         progress(i + 1, len(problems))
-    return fit(signals, base, budget)
+    return signals
+
+
+# what decides which steps the draft writes and how they are scored: a refit from saved
+# signals is only valid under the same values (β, τ, ranges and the refusals are free)
+OBSERVED_WITH = ("k", "temperature", "top_p", "signal_model", "grounding_layers", "sparsify",
+                 "max_steps", "max_step_tokens", "max_total_tokens", "seed")  # fmt: skip
+
+
+def save_signals(path: Path, signals: Signals, base: SpecGuardConfig, dev: dict[str, Any]
+                 ) -> None:  # fmt: skip
+    """Keep the observed signals, so another budget or β is a refit, not another model run."""
+    observed = {f: getattr(base, f) for f in OBSERVED_WITH}
+    path.write_text(json.dumps({"dev": dev, "observed_with": observed, "signals": signals}) + "\n")
+
+
+def load_signals(path: Path, base: SpecGuardConfig) -> Signals:
+    """The signals `save_signals` kept, checked against the base config they are refitted for."""
+    from ..errors import InputError
+
+    try:
+        data = json.loads(path.read_text())
+        signals = [(g, lp) for g, lp in data["signals"]]
+        observed = data["observed_with"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"--signals {path}: not a file `specguard calibrate` wrote ({exc})"
+        ) from None
+    differ = [f for f in OBSERVED_WITH if observed.get(f) != getattr(base, f)]
+    if differ:
+        raise InputError(f"--signals {path}: observed with other " + ", ".join(
+            f"{f}={observed.get(f)!r}" for f in differ) + " than the base config; run calibrate "
+            "with models again")  # fmt: skip
+    return signals

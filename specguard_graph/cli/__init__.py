@@ -7,7 +7,8 @@ import warnings
 
 import typer
 
-from .bench import bench, calibrate
+from .bench import bench
+from .calibrate import calibrate
 from .common import OneLineErrors
 from .evidence import evidence
 from .models import models_app

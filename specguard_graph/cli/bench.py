@@ -1,4 +1,4 @@
-"""`specguard bench` (methods side by side, resumable) and `specguard calibrate` (fit τ)."""
+"""`specguard bench`: methods side by side on one problem set, resumable."""
 
 from __future__ import annotations
 
@@ -188,47 +188,3 @@ def _reporter(progress: Progress, n_methods: int):  # type: ignore[no-untyped-de
                       f"eta {elapsed / finished * left / 60:.1f} min")  # fmt: skip
 
     return report
-
-
-def calibrate(
-    out: Annotated[Path, typer.Option(help="where to write the fitted config JSON")],
-    dataset: Annotated[Dataset, typer.Option(help="dev split: gsm-symbolic (fresh problems)")] = (
-        Dataset.gsm_symbolic
-    ),
-    data: Annotated[Path | None, typer.Option(help="JSONL of {question, answer} instead")] = None,
-    limit: Annotated[int, typer.Option(help="dev problems")] = 20,
-    seed: Annotated[int, typer.Option(help="seed of the generated dev problems")] = 1234,
-    budget: Annotated[float, typer.Option(help="share of steps the target may recompute")] = 0.3,
-    config: Annotated[Path | None, typer.Option(help="base SpecGuardConfig JSON")] = None,
-    draft: DraftPath = None,
-    target: TargetPath = None,
-    embedder: EmbedderPath = None,
-    quantize: QuantizeOpt = Quantize.auto,
-) -> None:
-    """Fit normalisation ranges and tau on a dev split to a target budget; write a config."""
-    from ..bench import data as bench_data
-    from ..bench.calibrate import calibrate as fit_config
-
-    try:
-        if not 0.0 <= budget <= 1.0:
-            raise ConfigError(f"--budget must be in [0, 1], got {budget}")
-        problems = bench_data.load(dataset.value, data=data, limit=limit, seed=seed)
-        base = load_config(config, {})
-        d, t, e = load_models((draft, target, embedder), quantize=quantize,
-                              need_embedder=base.k > 1)  # fmt: skip
-        with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), console=err) as progress:  # fmt: skip
-            task = progress.add_task("calibrate", total=len(problems))
-            cfg, info = fit_config(
-                d, t, e, problems, base, budget,
-                lambda done, total: progress.update(task, completed=done),
-            )  # fmt: skip
-        cfg.to_file(out)
-        Console().print(
-            f"wrote {out}: tau={info['tau']:.3f}, grounding_range="
-            f"({info['grounding_range'][0]:.3f}, {info['grounding_range'][1]:.3f}), "
-            f"logprob_range=({info['logprob_range'][0]:.2f}, {info['logprob_range'][1]:.2f}) "
-            f"from {info['steps']} dev steps; target share on dev {info['dev_target_share']:.2f}"
-        )
-    except (SpecGuardError, ValueError) as exc:
-        raise fail(str(exc)) from None
