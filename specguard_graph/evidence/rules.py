@@ -23,8 +23,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..arithmetic import false_equation
-from ..steps import writes_output
+from ..refusals import REFUSALS as LIVE_CHECKS
+from ..refusals import Check
 from .stats import auroc, bootstrap
 
 Step = dict[str, Any]
@@ -73,13 +73,11 @@ def _cross_validated(x: Any, y: Any, groups: list[int], folds: int) -> list[floa
     return pooled.tolist()
 
 
-# rules that keep the score but put a candidate failing a cheap check below every τ; the same
-# checks as the live options (`reject_fabricated_output`, `reject_false_arithmetic`)
-REFUSALS: dict[str, Callable[[dict[str, Any]], bool]] = {
-    NO_FABRICATED: lambda c: writes_output(c.get("text", "")),
-    NO_FALSE_MATH: lambda c: (
-        false_equation(c.get("text", ""), cut=c.get("ended") == "length") is not None
-    ),
+# rules that keep the score but put a candidate failing a cheap check below every τ: the
+# live options' own checks (`refusals.REFUSALS`)
+REFUSALS: dict[str, Check] = {
+    NO_FABRICATED: LIVE_CHECKS["reject_fabricated_output"],
+    NO_FALSE_MATH: LIVE_CHECKS["reject_false_arithmetic"],
 }
 
 

@@ -9,24 +9,12 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from ..arithmetic import false_equation
 from ..config import SpecGuardConfig
 from ..context import RunContext
+from ..refusals import refusal
 from ..scoring import decide_signals
-from ..state import CandidateRecord, Decision, SpecGuardState
-from ..steps import writes_output
+from ..state import Decision, SpecGuardState
 from .common import Deps, Update, emit, step_index, timed
-
-
-def _refusal(cfg: SpecGuardConfig, cand: CandidateRecord) -> str | None:
-    """Why a draft step fails a cheap check on its text, whatever its score (None: it passes)."""
-    if cfg.reject_fabricated_output and writes_output(cand["text"]):
-        return "writes a program output nothing executed"
-    if cfg.reject_false_arithmetic and (
-        eq := false_equation(cand["text"], cut=cand.get("ended") == "length")
-    ):
-        return f"states a false equation: {eq}"
-    return None
 
 
 def _decision(state: SpecGuardState, cfg: SpecGuardConfig) -> Decision:
@@ -61,7 +49,7 @@ def decide(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -
     refused = (state.get("program") or {}).get("refused")
     if refused and cfg.reject_failed_programs and decision["accepted"]:
         decision.update(accepted=False, reason=refused)  # the score stays for the record
-    elif decision["accepted"] and (why := _refusal(cfg, state["candidates"][state["selected"]])):
+    elif decision["accepted"] and (why := refusal(cfg, state["candidates"][state["selected"]])):
         decision.update(accepted=False, reason=why)
     if (
         cfg.adaptive_band is not None
