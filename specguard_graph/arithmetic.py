@@ -107,10 +107,10 @@ def equations(text: str) -> list[tuple[str, str, bool]]:
         sides = re.split(r"=+", _BULLET.sub("", line))
         for left_raw, right_raw in itertools.pairwise(sides):
             left = _left_side(left_raw)
-            right = re.match(_SIDE, right_raw).group(0)  # type: ignore[union-attr]
-            right = re.split(r"\.\s|\.$", right)[0]  # a sentence's full stop
             if left is None:
                 continue
+            right = re.match(_SIDE, right_raw).group(0)  # type: ignore[union-attr]
+            right = re.split(r"\.\s|\.$", right)[0]  # a sentence's full stop
             a, b = evaluate(left), evaluate(right)
             if a is None or b is None:
                 continue

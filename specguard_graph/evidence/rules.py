@@ -134,8 +134,9 @@ def held_out(problems: Problems, signals: dict[str, Any], labels: dict[str, Any]
     """{rule: {label: held-out AUROC}} (see `held_out_scores`)."""
     out: dict[str, dict[str, float | None]] = {}
     pooled = held_out_scores(problems, signals, labels, folds)
+    names = _rules(pooled)
     for lname, entry in pooled.items():
-        for rule in _rules(pooled):
+        for rule in names:
             out.setdefault(rule, {})[lname] = (
                 None if entry is None else auroc(entry[2][rule], entry[1])
             )
