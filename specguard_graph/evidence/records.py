@@ -26,6 +26,16 @@ def scored_candidate(step: Record) -> Record | None:
     return cands[sel] if cands and sel is not None and sel < len(cands) else None
 
 
+def texts_by_problem(results_dir: Path) -> dict[str, list[str]]:
+    """Every finished record's final text, by problem id, across all methods."""
+    out: dict[str, list[str]] = {}
+    for f in result_files(results_dir, None):
+        for rec in ResultLog(f, key="id").done().values():
+            if rec.get("text"):
+                out.setdefault(str(rec["id"]), []).append(str(rec["text"]))
+    return out
+
+
 def fill(results_dir: Path, file: str, methods: list[str] | None,
          label: Callable[[Record], dict[str, Any]], *, wanted: Callable[[Record], bool],
          limit: int | None = None,

@@ -5,7 +5,9 @@ prompt plus the steps accepted before it, once with the scored draft candidate a
 once without; each continuation is graded against the gold answer. The step's value is
 `reached(with) - reached(without)`: +1 it helped, -1 it hurt, 0 it changed nothing. The
 continuation without step i+1 is the one with step i whenever step i was accepted as drafted,
-so a problem costs about one target continuation per step, not two.
+so a problem costs about one target continuation per step, not two. Continuations decode
+through prompt lookup (`models/lookup.py`) where that gives the plain loop's tokens: the
+problem's other records and its earlier continuations propose the next tokens.
 
 Any target that generates works, a served one included (it needs no scores). Written to
 `value_labels.jsonl`, one line per record, resumable; it depends only on the records' text,
@@ -14,10 +16,15 @@ not on the numerics that produced them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..bench.grade import grade
+from ..models import lookup, numerics
+from ..models.base import PrefixCache
+from ..models.hf import LocalCausalLM
+from ..models.lookup import NgramIndex
 from ..steps import NEVER, ReasoningSteps, separator
 from . import records
 
@@ -25,25 +32,44 @@ FILE = "value_labels.jsonl"
 SPEC = ReasoningSteps()
 
 
-def continuation_reaches(target: Any, prompt: str, prefix: str, gold: str, budget: int) -> bool:
+def continuation_reaches(target: Any, prompt: str, prefix: str, gold: str, budget: int,
+                         index: NgramIndex | None = None) -> bool:  # fmt: skip
     """Does the target's greedy continuation of `prompt + prefix` reach `gold`?"""
     pc = target.new_prefix(prompt)
     if prefix:
         target.append_text(pc, prefix)
+    return grade(SPEC.extract_answer(prefix + continuation(target, pc, budget, index)), gold)
+
+
+def continuation(target: Any, pc: PrefixCache, budget: int, index: NgramIndex | None) -> str:
+    """The target's greedy text after `pc`, through prompt lookup where that gives the same
+    tokens (a local model on a row-invariant format) and the plain loop elsewhere."""
+    if index is not None and lookup_is_exact(target):
+        ids, _ = lookup.greedy(target, pc, max_new_tokens=budget, index=index)
+        return str(target.decode(ids[:-1] if ids and ids[-1] in target.eos_ids else ids))
     s = target.sample(pc, n=1, delimiter=NEVER, max_new_tokens=budget, temperature=0.0,
                       fork=False)  # fmt: skip
-    return grade(SPEC.extract_answer(prefix + s.candidates[0].text), gold)
+    return s.candidates[0].text
+
+
+def lookup_is_exact(target: Any) -> bool:
+    return isinstance(target, LocalCausalLM) and numerics.row_invariant(target.model)
 
 
 def problem_values(target: Any, question: str, gold: str, steps: list[dict[str, Any]],
-                   budget: int) -> dict[str, Any]:  # fmt: skip
-    """{step index: {value_with, value_without}} for every step with a scored draft candidate."""
+                   budget: int, corpus: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """{step index: {value_with, value_without}} for every step with a scored draft candidate.
+
+    `corpus` (the problem's other records' texts) seeds the prompt-lookup proposals."""
     prompt = SPEC.render_prompt(question, target.tokenizer)
     seen: dict[str, bool] = {}
+    index = lookup.NgramIndex()
+    for text in corpus:
+        index.add(target.encode(text))
 
     def reaches(prefix: str) -> bool:
         if prefix not in seen:
-            seen[prefix] = continuation_reaches(target, prompt, prefix, gold, budget)
+            seen[prefix] = continuation_reaches(target, prompt, prefix, gold, budget, index)
         return seen[prefix]
 
     out: dict[str, Any] = {}
@@ -65,10 +91,11 @@ def label_values(results_dir: Path, target: Any, *, methods: list[str] | None = 
     from ..models.served import repeatable
 
     target = repeatable(target)
+    corpus = records.texts_by_problem(results_dir)
     return records.fill(
         results_dir, FILE, methods,
         lambda rec: problem_values(target, rec["question"], str(rec["gold"]),
-                                   rec["step_records"], budget),
+                                   rec["step_records"], budget, corpus.get(rec["id"], [])),
         wanted=lambda rec: bool(rec.get("question")) and rec.get("gold") is not None,
         limit=problems, progress=progress,
     )  # fmt: skip

@@ -123,3 +123,10 @@ def apply(model: nn.Module, quantize: str, device: str) -> nn.Module:
     if not device.startswith("cpu"):
         raise ValueError(f"{quantize} is a CPU weight format (device is {device})")
     return formats[quantize](model)
+
+
+def row_invariant(model: nn.Module) -> bool:
+    """Does every Linear of `model` reduce each output the same way whatever the rows fed with
+    it (the int8 formats)? Then a token scores the same alone, in a chunk or in a batch."""
+    linears = [m for m in model.modules() if isinstance(m, (nn.Linear, Int8WeightOnlyLinear))]
+    return bool(linears) and all(isinstance(m, Int8WeightOnlyLinear) for m in linears)
