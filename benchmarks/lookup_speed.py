@@ -19,6 +19,7 @@ from pathlib import Path
 
 from specguard_graph.evidence import records
 from specguard_graph.models import lookup
+from specguard_graph.models.decoding import cut_step
 from specguard_graph.models.loading import load_lm
 from specguard_graph.results import ResultLog
 from specguard_graph.steps import NEVER, ReasoningSteps, separator
@@ -57,8 +58,8 @@ def main() -> None:
                                   temperature=0.0, fork=False)  # fmt: skip
                     ids, fwd = s.candidates[0].token_ids, len(s.candidates[0].token_ids)
                 else:
-                    ids, fwd = lookup.greedy(lm, pc, max_new_tokens=args.budget, index=index)
-                    ids = ids[:-1] if ids and ids[-1] in lm.eos_ids else ids  # as cut_step
+                    gen, fwd = lookup.greedy(lm, pc, max_new_tokens=args.budget, index=index)
+                    ids = cut_step(gen, NEVER, lm.eos_ids, lm.decode, None).token_ids
                 got.append((ids, time.perf_counter() - t0, fwd))
             (a, ta, _), (b, tb, fwd) = got
             same += a == b

@@ -23,6 +23,7 @@ from typing import Any
 from ..bench.grade import grade
 from ..models import lookup, numerics
 from ..models.base import PrefixCache
+from ..models.decoding import cut_step
 from ..models.hf import LocalCausalLM
 from ..models.lookup import NgramIndex
 from ..steps import NEVER, ReasoningSteps, separator
@@ -46,7 +47,7 @@ def continuation(target: Any, pc: PrefixCache, budget: int, index: NgramIndex | 
     tokens (a local model on a row-invariant format) and the plain loop elsewhere."""
     if index is not None and lookup_is_exact(target):
         ids, _ = lookup.greedy(target, pc, max_new_tokens=budget, index=index)
-        return str(target.decode(ids[:-1] if ids and ids[-1] in target.eos_ids else ids))
+        return cut_step(ids, NEVER, target.eos_ids, target.decode, None).text  # as `sample`
     s = target.sample(pc, n=1, delimiter=NEVER, max_new_tokens=budget, temperature=0.0,
                       fork=False)  # fmt: skip
     return s.candidates[0].text
