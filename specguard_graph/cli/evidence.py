@@ -28,6 +28,14 @@ ValueOpt = Annotated[
         min=0,
     ),
 ]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="the report's path (default RESULTS/evidence.md), so that reports on other "
+        "methods do not overwrite it; the ROC plot goes beside it as <name>_roc.png",
+        dir_okay=False,
+    ),
+]
 
 
 def _annotate(results: Path, names: list[str] | None, target: str | None,
@@ -73,9 +81,10 @@ def evidence(
     value: ValueOpt = 0,
     target: TargetPath = None,
     quantize: QuantizeOpt = Quantize.auto,
+    out: OutOpt = None,
 ) -> None:
     """AUROC [95 % CI] of every signal against every step label; writes evidence.md and
-    evidence_roc.png into RESULTS."""
+    evidence_roc.png into RESULTS, or where --out says."""
     from ..evidence.report import plot, table, units
 
     try:
@@ -91,7 +100,7 @@ def evidence(
         steps = sum(len(rows) for _, rows in problems)
         text = (
             f"Reproduce: `specguard evidence {results}"
-            f"{f' --methods {methods}' if methods else ''}`\n\n"
+            f"{f' --methods {methods}' if methods else ''}{f' --out {out}' if out else ''}`\n\n"
             f"{steps} scored draft steps from {len(problems)} (method, problem) runs; cell: AUROC "
             "[95 % bootstrap CI over problems] (good / bad steps); 0.5 is chance.\n\n" + md
         )
@@ -111,8 +120,9 @@ def evidence(
 
         cost = gate.markdown(problems, SIGNALS)
         text += f"\n{cost}" if cost else ""
-        (results / "evidence.md").write_text(text)
-        plot(curves, results / "evidence_roc.png")
+        md_path = out or results / "evidence.md"
+        md_path.write_text(text)
+        plot(curves, md_path.with_name(f"{md_path.stem}_roc.png"))
         Console().print(text)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
