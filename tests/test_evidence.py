@@ -114,12 +114,14 @@ def test_bench_records_keep_each_step_and_evidence_reads_them(tmp_path, model_ar
     for row in ("grounding (ABGV)", "log-prob (LPBV, min)", "vote share", "score (β-mix)"):
         assert f"| {row} |" in md
     assert (out / "evidence_roc.png").exists()
+    k3_path = tmp_path / "reports" / "k3.md"  # a folder that does not exist yet
     res = CliRunner().invoke(app, ["evidence", str(out), "--draws", "200",
-                                   "--out", str(tmp_path / "k3.md")])  # fmt: skip
+                                   "--out", str(k3_path)])  # fmt: skip
     assert res.exit_code == 0, res.output
-    k3 = (tmp_path / "k3.md").read_text()
-    assert k3.splitlines()[0].endswith(f"--out {tmp_path / 'k3.md'}`")
-    assert k3.split("\n", 1)[1] == md.split("\n", 1)[1] and (tmp_path / "k3_roc.png").exists()
+    k3 = k3_path.read_text()
+    assert k3.splitlines()[0].endswith(f"--out {k3_path}`")
+    assert k3.split("\n", 1)[1] == md.split("\n", 1)[1]
+    assert k3_path.with_name("k3_roc.png").exists()
     target = model_args[model_args.index("--target") + 1]
     res = CliRunner().invoke(app, ["evidence", str(out), "--draws", "200", "--annotate",
                                    "--target", target, "--quantize", "none"])  # fmt: skip

@@ -121,6 +121,7 @@ def evidence(
         cost = gate.markdown(problems, SIGNALS)
         text += f"\n{cost}" if cost else ""
         md_path = out or results / "evidence.md"
+        md_path.parent.mkdir(parents=True, exist_ok=True)
         md_path.write_text(text)
         plot(curves, md_path.with_name(f"{md_path.stem}_roc.png"))
         Console().print(text)
