@@ -54,6 +54,23 @@ def test_lossless_methods_are_checked_against_the_target_text():
     assert lossless_markdown({"target": res(["a"]), "draft": res(["b"])}) == ""
 
 
+def test_paired_latency_ratio_is_the_median_of_per_problem_ratios():
+    # target 10..50 s; m 20, 40, 3, 4, 5 s: the ratio of medians is 5 / 30, yet m takes a tenth
+    # of the target's time on three problems of five, so the median per-problem ratio is 0.1.
+    lat = {"target": [10, 20, 30, 40, 50], "m": [20, 40, 3, 4, 5], "half": [5, 10, 15, 20, 25]}
+    results = {
+        name: {f"p{i}": {"latency_s": x, "correct": True} for i, x in enumerate(xs)}
+        for name, xs in lat.items()
+    }
+    results["m"]["extra"] = {"latency_s": 999.0, "correct": True}  # unfinished by the others
+    rows = {r["method"]: r for r in summarize(results)}
+    assert rows["m"]["latency_ratio"] == pytest.approx(5 / 30)
+    assert rows["m"]["paired_ratio"] == pytest.approx(0.1)
+    assert rows["half"]["paired_ratio"] == pytest.approx(0.5)
+    assert rows["target"]["paired_ratio"] == pytest.approx(1.0)
+    assert summarize({"m": results["m"]})[0]["paired_ratio"] is None
+
+
 def test_wilson_interval():
     lo, hi = wilson(50, 100)
     assert lo == pytest.approx(0.404, abs=1e-3) and hi == pytest.approx(0.596, abs=1e-3)
