@@ -55,9 +55,10 @@ def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, A
     target_lat = None
     if "target" in results and common:
         target_lat = statistics.median(results["target"][i]["latency_s"] for i in common)
+    ids = sorted(common)
     rows = []
     for method, res in results.items():
-        rs = [res[i] for i in sorted(common)]
+        rs = [res[i] for i in ids]
         if not rs:
             continue
         correct = sum(r["correct"] for r in rs)
@@ -69,7 +70,7 @@ def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, A
             "method": method, "n": len(rs), "accuracy": correct / len(rs), "ci": (lo, hi),
             "median_latency_s": lat,
             "latency_ratio": lat / target_lat if target_lat else None,
-            "paired_ratio": _paired_ratio(results, method, sorted(common)),
+            "paired_ratio": _paired_ratio(results, method, ids),
             "target_share": (sum(r.get("target_steps", 0) for r in rs) / steps) if steps else None,
             "draft_tokens": statistics.mean(_tokens(method, r, "draft") for r in rs),
             "target_tokens": statistics.mean(_tokens(method, r, "target") for r in rs),
