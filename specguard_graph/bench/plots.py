@@ -15,7 +15,7 @@ def plot(rows: list[dict[str, Any]], path: Path, base_tau: float | None = None) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.8))
     target = next((r for r in rows if r["method"] == "target"), None)
     if target is not None:
         x_max = GOAL_RATIO * target["median_latency_s"]
@@ -27,23 +27,66 @@ def plot(rows: list[dict[str, Any]], path: Path, base_tau: float | None = None) 
             ax.plot([r["median_latency_s"] for _, r in points],
                     [100 * r["accuracy"] for _, r in points], "-", alpha=0.6,
                     label=f"{name}, τ " + " → ".join(f"{t:g}" for t, _ in points))  # fmt: skip
-    for r in rows:
+    colours = plt.get_cmap("tab20").colors
+    for i, r in enumerate(rows, 1):
         lo, hi = r["ci"]
         acc = 100 * r["accuracy"]
         ax.errorbar(r["median_latency_s"], acc, yerr=[[acc - 100 * lo], [100 * hi - acc]],
-                    fmt="o", capsize=3)  # fmt: skip
-        ax.annotate(r["method"], (r["median_latency_s"], acc), textcoords="offset points",
-                    xytext=(5, 4), fontsize=8)  # fmt: skip
+                    fmt="o", capsize=3, color=colours[(i - 1) % len(colours)],
+                    label=f"{i}  {r['method']}")  # fmt: skip
     ax.set_xlim(left=0)
     ax.set_xlabel("median latency per problem (s)")
     ax.set_ylabel("accuracy (%), 95% Wilson CI")
     ax.set_title(f"accuracy vs latency, n = {rows[0]['n'] if rows else 0}")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
+    _number_points(ax, [(r["median_latency_s"], 100 * r["accuracy"]) for r in rows])
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# Where a point's number may go, in points from the marker: right, then around it.
+_OFFSETS = [(4, 3), (4, -10), (-11, 3), (-11, -10), (4, -3.5), (-11, -3.5), (-3.5, 5), (-3.5, -13)]
+_LABEL = (7.0, 7.0)  # a one- or two-digit number at fontsize 7, in points
+_ENOUGH = 3.0  # points of clearance past which a nearer spot is better than a clearer one
+
+
+def label_offsets(xy: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Per point (in points on the page), the offset of its number's lower-left corner: the
+    first candidate that keeps `_ENOUGH` clear of every other marker and every number placed
+    before, else the one that keeps clearest. Methods a few seconds apart sit on top of each
+    other at this scale; their names overlapped into one smudge."""
+    placed: list[tuple[float, float]] = []  # centres of the numbers placed so far
+    chosen: list[tuple[float, float]] = []
+    for i, (x, y) in enumerate(xy):
+        others = xy[:i] + xy[i + 1 :]
+        best = max(_OFFSETS, key=lambda o, x=x, y=y, others=others: min(
+            _ENOUGH, _clearance(x + o[0], y + o[1], others, placed)))  # fmt: skip
+        placed.append((x + best[0] + _LABEL[0] / 2, y + best[1] + _LABEL[1] / 2))
+        chosen.append(best)
+    return chosen
+
+
+def _clearance(x: float, y: float, markers: list[tuple[float, float]],
+               labels: list[tuple[float, float]]) -> float:  # fmt: skip
+    """How far a number with its lower-left corner at (x, y) keeps from the nearest marker or
+    number (Chebyshev gap between boxes; negative when they overlap)."""
+    w, h = _LABEL
+    cx, cy = x + w / 2, y + h / 2
+    gaps = [max(abs(cx - mx) - w / 2, abs(cy - my) - h / 2) for mx, my in markers]
+    gaps += [max(abs(cx - lx) - w, abs(cy - ly) - h) for lx, ly in labels]
+    return min(gaps, default=float("inf"))
+
+
+def _number_points(ax: Any, xy: list[tuple[float, float]]) -> None:
+    if not xy:
+        return
+    to_points = 72.0 / ax.figure.dpi
+    page = [tuple(p * to_points for p in ax.transData.transform(q)) for q in xy]
+    for i, (q, offset) in enumerate(zip(xy, label_offsets(page), strict=True), 1):
+        ax.annotate(str(i), q, textcoords="offset points", xytext=offset, fontsize=7)
 
 
 def tau_series(rows: list[dict[str, Any]], base_tau: float | None = None
