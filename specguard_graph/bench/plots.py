@@ -81,8 +81,6 @@ def _clearance(x: float, y: float, markers: list[tuple[float, float]],
 
 
 def _number_points(ax: Any, xy: list[tuple[float, float]]) -> None:
-    if not xy:
-        return
     to_points = 72.0 / ax.figure.dpi
     page = [tuple(p * to_points for p in ax.transData.transform(q)) for q in xy]
     for i, (q, offset) in enumerate(zip(xy, label_offsets(page), strict=True), 1):
