@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
+from specguard_graph.machine import describe
 from specguard_graph.models import numerics
 from specguard_graph.models.hf import LocalCausalLM
 from specguard_graph.models.loading import OPTIONS, load_lm
@@ -176,7 +177,7 @@ def main() -> None:
     ks = sorted(set(args.ks))
     kk = 4 if 4 in ks else max(ks)
     print(
-        f"torch {torch.__version__} on {where} ({args.threads} threads), {args.tokens}-token "
+        f"{describe()}; on {where}, {args.tokens}-token "
         f"decode after the prompt; every model loaded at once and every timer run once per "
         f"round, median of {args.repeats} rounds (one warm-up round); ms per step (one token "
         f"per row){'; random weights' if args.random_weights else ''}\n",

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+from specguard_graph.machine import describe
 from specguard_graph.program.executor import PythonExecutor
 
 PROGRAMS = [
@@ -37,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=30)
     a = ap.parse_args()
+    print(describe(), flush=True)
     run = PythonExecutor()
     times: dict[str, list[float]] = {"executor": [], "bare process": [], "in process": []}
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from specguard_graph.bench.data import gsm8k_100
+from specguard_graph.machine import describe
 from specguard_graph.models.feeding import FEEDINGS, batch_of_4, feed, greedy
 from specguard_graph.models.hf import LocalCausalLM
 from specguard_graph.models.loading import OPTIONS, load_lm
@@ -127,7 +128,7 @@ def main() -> None:
     checks = set(args.checks)
     torch.set_num_threads(args.threads)
     problems = gsm8k_100()[: args.problems]
-    print(f"torch {torch.__version__}, {args.threads} threads; {len(problems)} GSM8K problems, "
+    print(f"{describe()}; {len(problems)} GSM8K problems, "
           f"greedy {args.new_tokens} tokens", flush=True)  # fmt: skip
     head = ["model", "option", "tokens", "top-1 vs fp32", "NLL", "NLL / fp32"]
     head += [f"max Δlp {p}" for p in FEEDINGS[1:]] + [f"argmax flips {p}" for p in FEEDINGS[1:]]

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from specguard_graph.evidence import records
+from specguard_graph.machine import describe
 from specguard_graph.models import lookup
 from specguard_graph.models.decoding import cut_step
 from specguard_graph.models.loading import load_lm
@@ -40,6 +41,7 @@ def main() -> None:
     corpus = records.texts_by_problem(args.results)
     recs = list(ResultLog(args.results / f"{args.method}.jsonl", key="id").done().values())
     ratios, same = [], 0
+    print(describe())
     print("problem   prefix  tokens  plain_s  lookup_s  tok/fwd  identical")
     for rec in recs[: args.problems]:
         prompt = SPEC.render_prompt(rec["question"], lm.tokenizer)

@@ -23,6 +23,7 @@ import statistics
 import time
 
 from specguard_graph.bench.data import load as load_data
+from specguard_graph.machine import describe
 from specguard_graph.models import Candidate, LocalCausalLM, PrefixCache
 from specguard_graph.models.loading import load_embedder, load_lm
 from specguard_graph.scoring import select_medoid
@@ -51,6 +52,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--max-step-tokens", type=int, default=160)
     args = ap.parse_args()
+    print(describe(), flush=True)
     t_start = time.perf_counter()
     draft, target, embedder = load_lm("draft"), load_lm("target"), load_embedder()
     rows: dict[str, list[float]] = {"single": [], "medoid": [], "others": []}

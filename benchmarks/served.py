@@ -42,6 +42,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from specguard_graph.machine import describe
 from specguard_graph.models.install import gguf_path
 from specguard_graph.models.llamacpp import LlamaServer
 from specguard_graph.models.registry import DRAFT, TARGET
@@ -222,6 +223,7 @@ def main() -> None:
                     "specguard-greedy@beta=1")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/gsm8k-served"))
     a = ap.parse_args()
+    print(describe(), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers on the way out
     parts = {"demo": demo, "overhead": overhead, "concurrency": concurrency,
              "calibrate": calibrate, "bench": bench}  # fmt: skip

@@ -14,6 +14,7 @@ import gc
 import psutil
 
 from specguard_graph import SpecGuardConfig, build_graph
+from specguard_graph.machine import describe
 from specguard_graph.testing import tiny_models
 
 
@@ -34,6 +35,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--every", type=int, default=20)
     args = ap.parse_args()
+    print(describe(), flush=True)
     m = tiny_models()
     cfg = SpecGuardConfig(k=4, tau=0.6, max_steps=6, max_step_tokens=24)
     graph = build_graph(m.draft, m.target, embedder=m.embedder, config=cfg).compile()

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from specguard_graph import SpecGuardConfig, build_graph
+from specguard_graph.machine import describe
 from specguard_graph.models.loading import load_embedder, load_lm
 
 
@@ -27,6 +28,7 @@ def main() -> None:
             steps.append(data["time_s"])
         elif mode == "values":
             out = data
+    print(describe())
     print(f"model load (once per process): {load_s:.1f} s")
     print(
         f"first step decided after {first:.2f} s; per-step median {statistics.median(steps):.2f} s "

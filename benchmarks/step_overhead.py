@@ -17,6 +17,7 @@ import statistics
 import torch
 
 from specguard_graph import SpecGuardConfig, build_graph
+from specguard_graph.machine import describe
 from specguard_graph.steps import ReasoningSteps
 
 QUESTION = (
@@ -81,6 +82,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    print(describe())
     from specguard_graph.testing import tiny_models
 
     m = tiny_models()

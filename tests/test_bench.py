@@ -14,6 +14,7 @@ from specguard_graph.bench.report import paired, paired_markdown, summarize, wil
 from specguard_graph.bench.run import run
 from specguard_graph.cli import app
 from specguard_graph.errors import ConfigError
+from specguard_graph.machine import cpu_capability
 
 
 def test_grading_uses_math_equivalence():
@@ -115,6 +116,18 @@ def test_run_resumes_after_an_interruption(tmp_path):
     assert calls == ["q0", "q1", "q2", "q3", "q3", "q4"]  # finished ones never rerun
     rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == ["0", "1", "2", "3", "4"] and all(r["correct"] for r in rows)
+    assert {r["cpu"] for r in rows} == {cpu_capability()}  # each record names its kernels
+
+
+def test_the_summary_names_the_kernels_of_the_records_it_compares():
+    from specguard_graph.bench.report import kernels_markdown
+
+    def res(cpus):
+        return {str(i): ({"cpu": c} if c else {}) for i, c in enumerate(cpus)}
+
+    results = {"target": res(["AVX2", "AVX512", None]), "sd": res(["AVX2", "AVX2", None, "X"])}
+    line = kernels_markdown(results)  # problem 3 is not common: not counted
+    assert line == "CPU kernels of the compared records: AVX2 3, AVX512 1, unrecorded 2.\n"
 
 
 def test_bench_command_on_tiny_models(tmp_path, model_args):
@@ -134,6 +147,7 @@ def test_bench_command_on_tiny_models(tmp_path, model_args):
     for m in ("target", "draft", "sd", "rsd", "specguard-greedy", "specguard"):
         assert f"| {m} | 2 |" in summary
         assert len((out / f"{m}.jsonl").read_text().splitlines()) == 2
+    assert f"CPU kernels of the compared records: {cpu_capability()} 12." in summary
     assert "exact McNemar" in summary and "| target | " in summary.split("McNemar")[1]
     assert (out / "accuracy_vs_latency.png").stat().st_size > 1000
     (out / "summary.md").unlink()
@@ -347,3 +361,12 @@ def test_the_summary_says_whether_a_method_reaches_the_goal_region():
     reached = goal_markdown([target, slow_exact, almost, inside])
     assert "**Reached** by `specguard-greedy@beta=1` (48.0 %, 0.75×)." in reached
     assert goal_markdown([slow_exact]) == ""
+
+
+def test_the_machine_line_names_the_kernels_and_whether_they_were_forced(monkeypatch):
+    from specguard_graph.machine import describe
+
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    assert f"CPU kernels {cpu_capability()}," in describe()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # read per call: the header says so
+    assert f"CPU kernels {cpu_capability()} (ATEN_CPU_CAPABILITY=avx2)," in describe()

@@ -96,3 +96,32 @@ def test_unknown_format_or_device_is_a_load_error(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ModelLoadError):
         LocalCausalLM.load(tmp_path, quantize="int8")
+
+
+@pytest.mark.parametrize("fmt", FAITHFUL)
+def test_log_probs_captured_while_sampling_are_a_scoring_forwards_bit_for_bit(base, fmt):
+    """Sampling (k rows, one token per forward) and scoring (one row, the whole step in one
+    forward) use one log-prob formula on row-invariant logits: the same bits, on every CPU."""
+    lm = formatted(base, fmt)
+    prompt = ReasoningSteps().render_prompt("What is 2 + 3?", lm.tokenizer)
+    kw = dict(delimiter="\x00never", max_new_tokens=24, temperature=1.0, seed=3)
+    s = lm.sample(lm.new_prefix(prompt), n=3, **kw)
+    for c in s.candidates:
+        lps, _ = lm.score(lm.new_prefix(prompt), c.token_ids[: c.n_scored], frozenset())
+        assert lps == c.token_logprobs
+
+
+def test_the_log_prob_formula_is_row_invariant_at_a_real_vocabulary():
+    """151,936 logits a row, as the Qwen pair has: a row's log-prob is the same alone, among
+    k rows, or among a step's positions, where log_softmax and logit - logsumexp would differ
+    from each other by ~1e-5."""
+    from specguard_graph.models.decoding import token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(17, 151_936, generator=g) * 4
+    ids = torch.randint(0, 151_936, (17,), generator=g)
+    every = token_logprobs(logits, ids)
+    for lo, hi in [(0, 1), (0, 2), (3, 7), (16, 17)]:
+        assert torch.equal(token_logprobs(logits[lo:hi], ids[lo:hi]), every[lo:hi])
+    ref = (logits.double().gather(1, ids[:, None])[:, 0] - logits.double().logsumexp(-1)).float()
+    torch.testing.assert_close(every, ref, rtol=0, atol=1e-5)

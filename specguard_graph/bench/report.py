@@ -167,6 +167,21 @@ def lossless_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def kernels_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Which CPU kernels wrote the compared records (`machine.cpu_capability`, per record:
+    a resumed run can span machines); records from before the field are "unrecorded"."""
+    common = _common(results)
+    counts: dict[str, int] = {}
+    for res in results.values():
+        for i in common:
+            cpu = str(res[i].get("cpu", "unrecorded"))
+            counts[cpu] = counts.get(cpu, 0) + 1
+    if not counts:
+        return ""
+    parts = ", ".join(f"{cpu} {n}" for cpu, n in sorted(counts.items()))
+    return f"CPU kernels of the compared records: {parts}.\n"
+
+
 def goal_markdown(rows: list[dict[str, Any]]) -> str:
     """Whether any method reaches the goal region and, if none does, which comes closest
     from each side, so the verdict is read from the run rather than off a plot."""
@@ -213,8 +228,8 @@ def write_summary(out: Path, names: list[str], command: str, *, sweep: bool,
     summary = markdown(rows, command)
     from .program_stats import program_markdown
 
-    extras = (goal_markdown(rows), paired_markdown(results), lossless_markdown(results),
-              program_markdown(results))  # fmt: skip
+    extras = (kernels_markdown(results), goal_markdown(rows), paired_markdown(results),
+              lossless_markdown(results), program_markdown(results))  # fmt: skip
     for extra in extras:
         if extra:
             summary += "\n" + extra

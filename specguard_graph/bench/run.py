@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..machine import cpu_capability
 from ..results import ResultLog
 from .data import Problem
 from .grade import grade
@@ -30,6 +31,7 @@ def run(
     Problems are the outer loop, so a run stopped early still compares all methods on the
     same problems (the report uses only problems every method has finished)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    cpu = cpu_capability()  # resumed runs may span machines: each record names its kernels
     logs = {m: ResultLog(out_dir / f"{m}.jsonl", key="id") for m in solvers}
     done = {m: log.done() for m, log in logs.items()}
     for m in solvers:
@@ -40,7 +42,7 @@ def run(
                 continue
             result = solve(p["question"])
             result.update(id=p["id"], question=p["question"], gold=p["answer"],
-                          correct=grade(result["answer"], p["answer"]))  # fmt: skip
+                          correct=grade(result["answer"], p["answer"]), cpu=cpu)  # fmt: skip
             logs[method].append(result)
             done[method][p["id"]] = result
             progress(method, sum(q["id"] in done[method] for q in problems), len(problems))

@@ -162,6 +162,9 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
                               "ending in /v1")  # fmt: skip
         sd_target = ServedStepModel(models["sd_target"])
     solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens, sd_target) for m in names}
+    from ..machine import describe
+
+    err.print(describe(), markup=False, highlight=False, soft_wrap=True)  # whose kernels
     with Progress(
         TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), TimeRemainingColumn(), console=err,

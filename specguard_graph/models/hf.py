@@ -22,7 +22,7 @@ from transformers import DynamicCache, PreTrainedModel
 from ..errors import InputError
 from .base import PrefixCache, Sample
 from .capture import ATTN_IMPLEMENTATION, capture_attention
-from .decoding import DelimiterWatch, cut_step, decode
+from .decoding import DelimiterWatch, cut_step, decode, token_logprobs
 from .numerics import Quantize
 
 
@@ -242,7 +242,7 @@ class LocalCausalLM:
             pc.prefill_tokens += len(fed)
             pc.cache_ids = pc.cache_ids + fed
         logits = out.logits[0, : len(step_ids)].float()
-        target = torch.tensor(step_ids, device=logits.device).unsqueeze(1)
-        lps = torch.log_softmax(logits, dim=-1).gather(1, target).squeeze(1).cpu().tolist()
+        target = torch.tensor(step_ids, device=logits.device)
+        lps = token_logprobs(logits, target).cpu().tolist()  # decode's formula: same bits
         atts = [cap.rows[layer][0][0, :, 1:, :].cpu() for layer in sorted(capture_layers)]
         return lps, atts
