@@ -130,3 +130,59 @@ def test_out_file_survives_a_kill_and_resumes(model_dirs, tmp_path):
     final = [json.loads(x) for x in out.read_text().splitlines()]
     assert sorted(r["key"] for r in final) == sorted(f"{i}:What is {i} + {i}?" for i in range(6))
     assert final[: len(kept)] == kept  # finished results were never rewritten
+
+
+NASTY = ["Is \\[ x \\] the same as [/INST] here?", "[bold]not bold[/bold] and [/x]",
+         "a lone ] and [", "\\[ 3 \\times 4 = 12 \\]"]  # fmt: skip
+
+
+@pytest.mark.parametrize("nasty", NASTY)
+def test_the_live_view_shows_user_and_model_text_verbatim(nasty):
+    """Question, draft step, target step and candidates are data, never rich markup: `[/x]`
+    once ended the run with a MarkupError and `\\[` lost its backslash."""
+    from rich.console import Console
+
+    from specguard_graph.cli.live import LiveView
+
+    view = LiveView(f"Q: {nasty}")
+    for i, source in enumerate(["draft", "target"]):
+        view.handle({"event": "step", "index": i, "source": source, "text": f"{source}: {nasty}",
+                     "grounding": 0.5, "logprob": -0.1, "score": 0.6})  # fmt: skip
+    view.handle({"event": "draft", "step": 2, "candidates": [f"cand: {nasty}"]})
+    console = Console(record=True, width=400, color_system=None)
+    console.print(view.render())
+    shown = console.export_text()
+    for where in ("Q", "draft", "target", "cand"):
+        assert f"{where}: {nasty}" in shown, (where, shown)
+
+
+def test_solve_in_a_real_terminal_shows_a_bracketed_question_verbatim(model_dirs, tmp_path):
+    """`specguard solve` in tmux: the live view draws on a real terminal and ends normally."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.fail("tmux is needed for the terminal test (apt-get install tmux)")
+    cli = str(Path(sys.executable).with_name("specguard"))
+    cmd = [cli, *args(model_dirs, "--k", "2"), NASTY[0]]
+    script = tmp_path / "run.sh"
+    script.write_text(f"{subprocess.list2cmdline(cmd)}\necho EXIT=$?\nsleep 60\n")
+    sock = str(tmp_path / "tmux.sock")
+    subprocess.run([tmux, "-S", sock, "new-session", "-d", "-x", "220", "-y", "60",
+                    f"bash {script}"], check=True)  # fmt: skip
+    try:
+        screen = ""
+        for _ in range(240):
+            screen = subprocess.run([tmux, "-S", sock, "capture-pane", "-p", "-J"],
+                                    capture_output=True, text=True).stdout  # fmt: skip
+            if "EXIT=" in screen:
+                break
+            time.sleep(0.5)
+    finally:
+        subprocess.run([tmux, "-S", sock, "kill-server"], capture_output=True)
+    assert "EXIT=0" in screen, screen
+    assert NASTY[0] in screen and "answer:" in screen, screen

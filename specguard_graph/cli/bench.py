@@ -110,11 +110,12 @@ def bench(
             _run(names, dataset.value, data, limit, offset, seed, config, max_tokens, out, models)
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
         base_tau = load_config(config, {}).tau
-        Console().print(write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau))
+        summary = write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau)
+        Console().print(summary, markup=False, highlight=False)
         if html_dir is not None:
             from ..bench.pages import write_pages
 
-            err.print(f"wrote {write_pages(out, names, html_dir)}")
+            err.print(f"wrote {write_pages(out, names, html_dir)}", markup=False)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:

@@ -81,7 +81,8 @@ def calibrate(
             f"wrote {out}: tau={info['tau']:.3f}, grounding_range="
             f"({info['grounding_range'][0]:.3f}, {info['grounding_range'][1]:.3f}), "
             f"logprob_range=({info['logprob_range'][0]:.2f}, {info['logprob_range'][1]:.2f}) "
-            f"from {info['steps']} dev steps; target share on dev {info['dev_target_share']:.2f}"
+            f"from {info['steps']} dev steps; target share on dev {info['dev_target_share']:.2f}",
+            markup=False,
         )
     except (SpecGuardError, ValueError) as exc:
         raise fail(str(exc)) from None

@@ -124,6 +124,6 @@ def evidence(
         md_path.parent.mkdir(parents=True, exist_ok=True)
         md_path.write_text(text)
         plot(curves, md_path.with_name(f"{md_path.stem}_roc.png"))
-        Console().print(text)
+        Console().print(text, markup=False, highlight=False)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None

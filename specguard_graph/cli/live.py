@@ -1,4 +1,8 @@
-"""The live view of `specguard solve`: a table that grows one row per decided step."""
+"""The live view of `specguard solve`: a table that grows one row per decided step.
+
+Questions, steps, candidates and reasons are text from users and models, never rich markup: a
+step holding `[/INST]` would end the run with a MarkupError, and `\\[` would lose its
+backslash. Every such string reaches rich as a `Text`."""
 
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ class LiveView:
             self.status = f"done: {event['status']}"
 
     def render(self) -> Group:
-        table = Table(title=self.question, title_justify="left", expand=True)
+        table = Table(title=Text(self.question), title_justify="left", expand=True)
         for col, kw in (
             ("#", {"justify": "right"}),
             ("by", {}),
@@ -52,9 +56,13 @@ class LiveView:
                 _num(r.get("logprob"), 2),
                 _num(r.get("score")),
                 str(len(r.get("candidates") or [])),
-                r["text"].strip(),
+                Text(r["text"].strip()),
             )
-        shown = [f"  [{i}] {c.strip()[:100]!r}" for i, c in enumerate(self.candidates)]
+        # one line each, as written (a repr would double every backslash of the LaTeX)
+        shown = [
+            f"  [{i}] " + c.strip()[:100].replace("\n", " ⏎ ")
+            for i, c in enumerate(self.candidates)
+        ]
         return Group(table, Text(self.status, style="bold"), Text("\n".join(shown), style="dim"))
 
 

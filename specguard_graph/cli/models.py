@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import ConfigError, ModelLoadError, SpecGuardError
 from .common import err, fail, out
@@ -39,7 +40,7 @@ def models_install() -> None:
                 path, what = install(role, report)
                 for task in tasks.values():
                     progress.remove_task(task)
-                progress.console.print(f"{role:8} {spec.name:30} {what:9} {path}")
+                progress.console.print(f"{role:8} {spec.name:30} {what:9} {path}", markup=False)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
 
@@ -53,7 +54,7 @@ def models_list() -> None:
     for row in installed():
         size = f"{row['bytes'] / 2**30:.2f} GiB" if row["installed"] else "—"
         table.add_row(
-            row["role"], row["name"], "yes" if row["installed"] else "no", size, row["path"]
+            row["role"], row["name"], "yes" if row["installed"] else "no", size, Text(row["path"])
         )
     out.print(table)
 
@@ -89,7 +90,7 @@ def models_serve(
             if path is not None and not path.exists():
                 raise ModelLoadError(f"{path} is missing: run `specguard models install`")
         err.print(f"serving {gguf.name} at http://127.0.0.1:{port}/v1"
-                  + (f" (draft {draft.name} inside)" if draft else ""))  # fmt: skip
+                  + (f" (draft {draft.name} inside)" if draft else ""), markup=False)  # fmt: skip
         serve_forever(gguf, port=port, draft=draft, threads=threads, parallel=parallel, ctx=ctx)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.live import Live
+from rich.text import Text
 
 from ..errors import InputError, SpecGuardError
 from ..results import ResultLog
@@ -120,7 +121,7 @@ def solve(
         finished = log.done() if log else {}
         todo = [(i, q) for i, q in enumerate(todo_all) if f"{i}:{q}" not in finished]
         if log and len(todo) < len(todo_all):
-            err.print(f"resuming: {len(todo_all) - len(todo)} already in {out_file}")
+            err.print(f"resuming: {len(todo_all) - len(todo)} already in {out_file}", markup=False)
         if not todo:
             return
         graph = _graph((draft, target, embedder), cfg, spec, device, dtype, quantize,
@@ -184,9 +185,9 @@ def _run_one(graph: Any, question: str, *, as_json: bool) -> dict[str, Any]:
                 result = data
     trace = to_trace(result)
     t, c = trace["timing"], trace["counts"]
-    out.print(
-        f"[bold]answer:[/] {trace['answer']}   status={trace['status']}   "
-        f"steps={c['steps']} (target {c['target_steps']})   total {t['total_s']:.1f}s = "
-        f"draft {t['draft_s']:.1f}s + verify {t['verify_s']:.2f}s + target {t['target_s']:.1f}s"
-    )
+    timing = (f"total {t['total_s']:.1f}s = draft {t['draft_s']:.1f}s + verify "
+              f"{t['verify_s']:.2f}s + target {t['target_s']:.1f}s")  # fmt: skip
+    line = (f" {trace['answer']}   status={trace['status']}   steps={c['steps']} "
+            f"(target {c['target_steps']})   {timing}")  # fmt: skip
+    out.print(Text.assemble(("answer:", "bold"), line))  # the answer is model text: not markup
     return trace

@@ -40,6 +40,6 @@ def view(
                 raise InputError(f"--index {index}: {traces} holds {len(runs)} runs")
             runs = [runs[index]]
         write_page(runs, out)
-        err.print(f"wrote {out} ({len(runs)} run{'s' if len(runs) != 1 else ''})")
+        err.print(f"wrote {out} ({len(runs)} run{'s' if len(runs) != 1 else ''})", markup=False)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
