@@ -26,6 +26,7 @@ Observation`, a remote sandbox) to replace both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -150,8 +151,11 @@ class PythonExecutor:
         else:
             argv = [self.python, "-I", "-c", code]
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="specguard-run-") as cwd:
-            if self.demote:
+        # sandboxed, the working directory is the sandbox's own tmpfs: no host directory
+        scratch = (contextlib.nullcontext("/") if self.sandbox
+                   else tempfile.TemporaryDirectory(prefix="specguard-run-"))  # fmt: skip
+        with scratch as cwd:
+            if self.demote and not self.sandbox:
                 os.chown(cwd, NOBODY, NOBODY)
             proc = subprocess.Popen(
                 argv, cwd=cwd, env={}, stdin=subprocess.DEVNULL,
@@ -173,9 +177,8 @@ class PythonExecutor:
                 timed_out = True
             finally:
                 # unsandboxed, the whole group: children it forked die with it. Sandboxed,
-                # everything lives in the PID namespace, which dies with bwrap's own init once
-                # the program exits; killing that init too early orphans it to PID 1 (a zombie
-                # that counts against `nobody`'s process limit), so only a live bwrap is killed
+                # everything lives in the PID namespace, which dies with bwrap's init: only a
+                # bwrap still running (a timeout) needs the kill
                 if not self.sandbox or proc.poll() is None:
                     try:
                         os.killpg(proc.pid, signal.SIGKILL)
