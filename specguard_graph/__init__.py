@@ -37,6 +37,10 @@ _WHERE = {
     "InputError": ".errors",
     "ModelLoadError": ".errors",
     "SpecGuardError": ".errors",
+    "ChatSteps": ".agents.spec",
+    "SpecGuardChatModel": ".agents.chat_model",
+    "chat_config": ".agents.chat_model",
+    "chat_question": ".agents.spec",
     "NODES": ".graph",
     "build_graph": ".graph",
     "CallableStepModel": ".models.callable",
@@ -54,6 +58,7 @@ _WHERE = {
 __all__ = [
     "NODES",
     "CallableStepModel",
+    "ChatSteps",
     "ConfigError",
     "InputError",
     "LocalCausalLM",
@@ -63,6 +68,7 @@ __all__ = [
     "ReasoningSteps",
     "RunContext",
     "SentenceEmbedder",
+    "SpecGuardChatModel",
     "SpecGuardConfig",
     "SpecGuardError",
     "StepModel",
@@ -70,6 +76,8 @@ __all__ = [
     "StepSpec",
     "ToolCallSteps",
     "build_graph",
+    "chat_config",
+    "chat_question",
     "get_step_spec",
 ]
 

@@ -35,10 +35,16 @@ class RunContext(BaseModel):
 
 
 def check_models(
-    draft: StepModel, target: StepModel, embedder: SentenceEmbedder | None, cfg: SpecGuardConfig
+    draft: StepModel,
+    target: StepModel,
+    embedder: SentenceEmbedder | None,
+    cfg: SpecGuardConfig,
+    *,
+    exact_vote: bool = False,
 ) -> None:
-    """Refuse a config that needs what the models cannot give (before anything runs)."""
-    if cfg.k > 1 and embedder is None:
+    """Refuse a config that needs what the models cannot give (before anything runs).
+    `exact_vote`: the steps vote on an exact form (tool calls), so k > 1 needs no embedder."""
+    if cfg.k > 1 and embedder is None and not exact_vote:
         raise ConfigError("k > 1 needs an embedder for the consistency vote (or set k=1)")
     if cfg.signal_model == "target" and not target.can_score:
         raise ConfigError(
@@ -59,6 +65,8 @@ def for_run(
     base: SpecGuardConfig,
     context: RunContext | None,
     models: tuple[StepModel, StepModel, SentenceEmbedder | None],
+    *,
+    exact_vote: bool = False,
 ) -> SpecGuardConfig:
     """The build-time config with this run's settings applied, validated and checked."""
     if context is None:
@@ -69,5 +77,5 @@ def for_run(
     if not changes:
         return base
     cfg = base.replace(**changes)
-    check_models(*models, cfg)
+    check_models(*models, cfg, exact_vote=exact_vote)
     return cfg

@@ -108,7 +108,7 @@ def build_graph(
         raise ConfigError(f"steps.delimiter must be a non-empty string, got {spec.delimiter!r}")
     _check_model("draft", draft)
     _check_model("target", target)
-    check_models(draft, target, embedder, config)
+    check_models(draft, target, embedder, config, exact_vote=hasattr(spec, "vote_key"))
     programs = spec if callable(getattr(spec, "program", None)) else None
     if programs is not None and executor is None:
         executor = PythonExecutor()

@@ -53,6 +53,7 @@ class StepRecord(TypedDict, total=False):
     detail: dict[str, Any]  # the scored candidate per token: pieces, log-probs, grounding mass
     observation: dict[str, Any]  # a `tool` step: the program's real stdout, error, status, time
     dropped: str | None  # what the step wrote after closing its program (`ProgramSteps.trim`)
+    checked: str  # the spec's check of the selected draft candidate: "ok" or why it failed
 
 
 class Decision(TypedDict, total=False):
@@ -64,6 +65,7 @@ class Decision(TypedDict, total=False):
     reason: str | None
     widen: bool  # specguard-adaptive: draw the rest of the vote for this step
     ask: bool  # interrupt_on_reject: a person decides (not part of the decision event)
+    checked: str  # the spec's own check of the selected candidate (tool calls): "ok" or why not
 
 
 class InputState(TypedDict):

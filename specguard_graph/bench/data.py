@@ -19,6 +19,7 @@ class Problem(TypedDict):
     question: str
     answer: str
     solution: NotRequired[str]  # a reference solution, where the data set has one
+    grader: NotRequired[str]  # "bfcl": BFCL's checker reads the answer (else math-verify)
 
 
 # the 100 original GSM8K test problems, as the templates' source questions
@@ -90,18 +91,31 @@ def gsm_symbolic(size: int = 50, seed: int = 0) -> list[Problem]:
     ]
 
 
+def is_bfcl(name: str | None) -> bool:
+    from .bfcl import is_bfcl as bfcl_name
+
+    return bfcl_name(name)
+
+
 DATASETS = {"gsm8k": gsm8k_100, "gsm-symbolic": gsm_symbolic, "champ": champ}
 
 
 def load(name: str | None, *, data: str | Path | None = None, limit: int | None = None,
          offset: int = 0, seed: int = 0) -> list[Problem]:  # fmt: skip
+    from . import bfcl
+
     if data is not None:
         problems = from_jsonl(data)
+    elif bfcl.is_bfcl(name):
+        problems = bfcl.problems(name)  # type: ignore[arg-type,assignment]
     elif name == "gsm-symbolic":
         problems = gsm_symbolic(size=(limit or 50) + offset, seed=seed)
     elif name in DATASETS:
         problems = DATASETS[name]()
     else:
-        raise InputError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} or --data")
+        raise InputError(
+            f"unknown dataset {name!r}; known: {', '.join(DATASETS)}, "
+            "bfcl[-fc][-dev]:CATEGORY[,...] or --data"
+        )
     problems = problems[offset:]
     return problems[:limit] if limit else problems

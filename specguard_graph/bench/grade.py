@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from math_verify import parse, verify
 
 
@@ -12,3 +15,15 @@ def grade(predicted: str | None, gold: str) -> bool:
         return bool(verify(parse(f"${gold}$"), parse(f"${predicted}$")))
     except Exception:  # math-verify raises on unparsable LaTeX: that answer is wrong
         return False
+
+
+def grade_problem(problem: Mapping[str, Any], result: dict[str, Any]) -> bool:
+    """A problem's own grader: BFCL's checker for function calls (its verdict is kept in the
+    record as `bfcl`), math-verify for everything else."""
+    if problem.get("grader") == "bfcl":
+        from .bfcl import grade as bfcl_grade
+
+        verdict = bfcl_grade(problem["answer"], problem["question"], result.get("text") or "")
+        result["bfcl"] = verdict
+        return bool(verdict["valid"])
+    return grade(result["answer"], problem["answer"])

@@ -22,7 +22,7 @@ from ..context import RunContext
 from ..errors import ConfigError
 from ..graph import build_graph
 from ..models.hf import LocalCausalLM
-from ..steps import NEVER, ProgramSteps, ReasoningSteps
+from ..steps import NEVER, ProgramSteps, ReasoningSteps, StepSpec
 
 Solve = Callable[[str], dict[str, Any]]
 SPEC = ReasoningSteps()
@@ -79,16 +79,16 @@ def with_tau(name: str, tau: float) -> str:
     return f"{name}{'+' if '@' in name else '@'}tau={tau:g}"
 
 
-def plain(lm: LocalCausalLM, max_tokens: int) -> Solve:
+def plain(lm: LocalCausalLM, max_tokens: int, spec: StepSpec = SPEC) -> Solve:
     def solve(question: str) -> dict[str, Any]:
-        pc = lm.new_prefix(SPEC.render_prompt(question, lm.tokenizer))
+        pc = lm.new_prefix(spec.render_prompt(question, lm.tokenizer))
         t0 = time.perf_counter()
         s = lm.sample(pc, n=1, delimiter=NEVER, max_new_tokens=max_tokens, temperature=0.0,
                       fork=False)  # fmt: skip
         text = s.candidates[0].text
         return {
             "text": text,
-            "answer": SPEC.extract_answer(text),
+            "answer": spec.extract_answer(text),
             "latency_s": time.perf_counter() - t0,
             "tokens": s.candidates[0].n_tokens,
         }
@@ -96,9 +96,10 @@ def plain(lm: LocalCausalLM, max_tokens: int) -> Solve:
     return solve
 
 
-def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int) -> Solve:
+def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int,
+             spec: StepSpec = SPEC) -> Solve:  # fmt: skip
     def solve(question: str) -> dict[str, Any]:
-        ids = target.encode(SPEC.render_prompt(question, target.tokenizer))
+        ids = target.encode(spec.render_prompt(question, target.tokenizer))
         x = torch.tensor([ids], device=target.device)
         t0 = time.perf_counter()
         with torch.inference_mode():
@@ -111,7 +112,7 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int) -> So
         text = target.decode(gen)
         return {
             "text": text,
-            "answer": SPEC.extract_answer(text),
+            "answer": spec.extract_answer(text),
             "latency_s": time.perf_counter() - t0,
             "tokens": len(gen),
         }
@@ -122,7 +123,7 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int) -> So
 # what a bench record keeps of each step: enough to label steps and study the signals offline
 STEP_RECORD = ("index", "text", "source", "accepted", "cut", "ended", "grounding", "logprob",
                "score", "reason", "tokens", "time_s", "spent", "fed", "selected", "draft_text",
-               "candidate_signals", "observation", "dropped")  # fmt: skip
+               "candidate_signals", "observation", "dropped", "checked")  # fmt: skip
 _GRAPHS: dict[tuple[int, int, int, str], Any] = {}  # one compiled graph per build-time config
 
 
@@ -159,22 +160,26 @@ def specguard(draft, target, embedder, config: SpecGuardConfig, steps=SPEC) -> S
 
 
 def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: int,
-         sd_target: Any = None) -> Solve:  # fmt: skip
+         sd_target: Any = None, steps: StepSpec | None = None) -> Solve:  # fmt: skip
     """`sd_target`: a served target that runs its engine's own draft-model speculative
-    decoding (llama.cpp with a draft GGUF, vLLM's speculative_config); `sd` then measures it."""
+    decoding (llama.cpp with a draft GGUF, vLLM's speculative_config); `sd` then measures it.
+    `steps`: a spec of its own for every method (`ChatSteps` for BFCL: one message, one step)."""
+    spec = steps or SPEC
     if name == "target":
-        return plain(target, max_tokens)
+        return plain(target, max_tokens, spec)
     if name == "draft":
-        return plain(draft, max_tokens)
+        return plain(draft, max_tokens, spec)
     if name == "sd":
         if sd_target is not None:
-            return plain(sd_target, max_tokens)
+            return plain(sd_target, max_tokens, spec)
         if not (isinstance(target, LocalCausalLM) and isinstance(draft, LocalCausalLM)):
             raise ConfigError(
                 "sd on served models is the engine's own speculative decoding: pass --sd-target "
                 "URL (e.g. `specguard models serve target --speculative`)"
             )
-        return assisted(target, draft, max_tokens)
+        return assisted(target, draft, max_tokens, spec)
+    if steps is not None and name not in ABLATIONS and "@" not in name:
+        raise ConfigError(f"{name} does not run {steps.name} steps")
     if name == "rsd":
         from .rsd import rsd
 
@@ -184,7 +189,11 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
         return rsd(draft, target, max_step_tokens=base.max_step_tokens, max_tokens=max_tokens)
     method, overrides = parse(name)  # raises for an unknown name
     changes = {"max_total_tokens": max_tokens, **ABLATIONS[method], **overrides}
+    if steps is not None:  # one message per run: the step is the whole answer
+        changes = {"max_steps": 1, "max_step_tokens": max_tokens, **changes}
     config = base.replace(**changes)
+    if steps is not None:
+        return specguard(draft, target, embedder, config, steps)
     if not method.endswith("-program"):
         return specguard(draft, target, embedder, config)
     alone = {"target-program": target, "draft-program": draft}.get(method)

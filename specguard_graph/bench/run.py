@@ -9,7 +9,7 @@ from typing import Any
 from ..machine import cpu_capability
 from ..results import ResultLog
 from .data import Problem
-from .grade import grade
+from .grade import grade_problem
 
 Report = Callable[[str, int, int], None]  # (method, done, total)
 
@@ -42,7 +42,7 @@ def run(
                 continue
             result = solve(p["question"])
             result.update(id=p["id"], question=p["question"], gold=p["answer"],
-                          correct=grade(result["answer"], p["answer"]), cpu=cpu)  # fmt: skip
+                          correct=grade_problem(p, result), cpu=cpu)  # fmt: skip
             logs[method].append(result)
             done[method][p["id"]] = result
             progress(method, sum(q["id"] in done[method] for q in problems), len(problems))

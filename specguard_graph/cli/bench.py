@@ -35,7 +35,7 @@ from .common import (
 )
 
 
-class Dataset(StrEnum):
+class Dataset(StrEnum):  # the named problem sets (`bench` also takes bfcl:CATEGORIES)
     gsm8k = "gsm8k"
     gsm_symbolic = "gsm-symbolic"
     champ = "champ"
@@ -70,8 +70,12 @@ def _check_outputs(out: Path, names: list[str], html_dir: Path | None) -> None:
 
 def bench(
     dataset: Annotated[
-        Dataset, typer.Option(help="gsm8k (the 100 original test problems) | gsm-symbolic | champ")
-    ] = Dataset.gsm8k,
+        str,
+        typer.Option(
+            help="gsm8k (the 100 original test problems) | gsm-symbolic | champ | "
+            "bfcl[-fc][-dev]:CATEGORY[,...] (function calls, graded by BFCL)"
+        ),
+    ] = "gsm8k",
     data: Annotated[Path | None, typer.Option(help="JSONL of {question, answer} instead")] = None,
     limit: Annotated[int | None, typer.Option(help="first N problems")] = None,
     offset: Annotated[int, typer.Option(help="skip the first N problems")] = 0,
@@ -107,7 +111,7 @@ def bench(
         if not report_only:
             models = {"paths": (draft, target, embedder), "names": (draft_model, target_model),
                       "sd_target": sd_target, "quantize": quantize}  # fmt: skip
-            _run(names, dataset.value, data, limit, offset, seed, config, max_tokens, out, models)
+            _run(names, dataset, data, limit, offset, seed, config, max_tokens, out, models)
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
         base_tau = load_config(config, {}).tau
         summary = write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau)
@@ -162,7 +166,13 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
             raise ConfigError(f"--sd-target {models['sd_target']!r}: expected an http(s) URL "
                               "ending in /v1")  # fmt: skip
         sd_target = ServedStepModel(models["sd_target"])
-    solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens, sd_target) for m in names}
+    steps = None
+    if bench_data.is_bfcl(dataset):
+        from ..agents.spec import ChatSteps
+
+        steps = ChatSteps()
+    solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens, sd_target, steps)
+               for m in names}  # fmt: skip
     from ..machine import describe
 
     err.print(describe(), markup=False, highlight=False, soft_wrap=True)  # whose kernels

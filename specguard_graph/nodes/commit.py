@@ -53,6 +53,8 @@ def finish_step(
         record["draft_text"] = state["candidates"][sel]["text"]
     if dropped is not None:  # ProgramSteps.trim: never shown to either model
         record["dropped"] = dropped
+    if "checked" in decision:  # the spec's check of the draft candidate (tool-call schemas)
+        record["checked"] = decision["checked"]
     record["fed"] = session.fed_since_step_start()
     record["time_s"] = time.perf_counter() - session.step_started
     spent = {"draft_s": 0.0, "target_s": 0.0, **session.spent}

@@ -37,7 +37,8 @@ class Deps:
 
     def run_config(self, runtime: Runtime[RunContext] | None) -> SpecGuardConfig:
         context = None if runtime is None else runtime.context
-        return for_run(self.config, context, (self.draft, self.target, self.embedder))
+        return for_run(self.config, context, (self.draft, self.target, self.embedder),
+                       exact_vote=hasattr(self.spec, "vote_key"))  # fmt: skip
 
 
 def emit(event: str, **data: Any) -> None:

@@ -51,6 +51,12 @@ def decide(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -
         decision.update(accepted=False, reason=refused)  # the score stays for the record
     elif decision["accepted"] and (why := refusal(cfg, state["candidates"][state["selected"]])):
         decision.update(accepted=False, reason=why)
+    check = getattr(deps.spec, "check", None)  # e.g. tool calls against their schemas
+    if check is not None:
+        why = check(state["question"], state["candidates"][state["selected"]]["text"])
+        decision["checked"] = why or "ok"
+        if why:
+            decision.update(accepted=False, reason=why)
     if (
         cfg.adaptive_band is not None
         and cfg.k > 1

@@ -1,0 +1,1 @@
+"""Agents: SpecGuard as a tool-calling chat model (`chat_model.SpecGuardChatModel`)."""

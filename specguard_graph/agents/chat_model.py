@@ -1,0 +1,141 @@
+"""SpecGuard as a LangChain chat model: any LangGraph agent (`create_agent`,
+`create_react_agent`, a hand-built `ToolNode` loop) uses it unchanged.
+
+One assistant message is one step of the graph (`ChatSteps`): the draft writes it (k
+candidates, an exact vote over their calls), its calls are checked against the tools' JSON
+schemas, and the graph's score decides; a message that fails the check or scores below τ is
+written by the target. `response_metadata` says who wrote it and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, Field, PrivateAttr
+
+from ..config import SpecGuardConfig
+from ..context import RunContext
+from ..errors import ConfigError
+from .calls import CallFormat
+from .messages import finish_reason, to_ai_message, to_template
+from .spec import ChatSteps, chat_question
+
+# one message per run, greedy, no vote: the cheapest setting that is still SpecGuard
+CHAT_DEFAULTS = {"k": 1, "temperature": 0.0, "max_steps": 1, "max_step_tokens": 256,
+                 "max_total_tokens": 256}  # fmt: skip
+
+
+def chat_config(**changes: Any) -> SpecGuardConfig:
+    """SpecGuardConfig for chat messages: CHAT_DEFAULTS, then `changes`."""
+    return SpecGuardConfig().replace(**{**CHAT_DEFAULTS, **changes})
+
+
+def tool_choice_name(tool_choice: Any, tools: Sequence[dict[str, Any]]) -> str | None:
+    """LangChain's spellings of a tool choice -> None, "none", "required" or a tool's name."""
+    if tool_choice in (None, "auto", False):
+        return None
+    if tool_choice in ("any", "required", True):
+        return "required" if tool_choice is not True or len(tools) != 1 else _names(tools)[0]
+    if tool_choice == "none":
+        return "none"
+    if isinstance(tool_choice, dict):
+        tool_choice = (tool_choice.get("function") or tool_choice).get("name")
+    if isinstance(tool_choice, str) and tool_choice in _names(tools):
+        return tool_choice
+    raise ConfigError(f"tool_choice {tool_choice!r} names no bound tool; tools: {_names(tools)}")
+
+
+def _names(tools: Sequence[dict[str, Any]]) -> list[str]:
+    return [t["function"]["name"] for t in tools]
+
+
+class SpecGuardChatModel(BaseChatModel):
+    """A chat model whose messages the draft writes and the target checks (see module doc).
+
+    `draft` / `target`: step models (`load_lm(...)`, a served URL's model, `CallableStepModel`).
+    `config`: the graph's settings (`chat_config(tau=..., k=4, temperature=0.7)`).
+    `calls`: how models write calls, "json" (native tool template) or "python" (BFCL prompting).
+    """
+
+    draft: Any
+    target: Any
+    embedder: Any = None
+    config: SpecGuardConfig = Field(default_factory=chat_config)
+    calls: CallFormat = "json"
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    _graph: Any = PrivateAttr(default=None)
+
+    @property
+    def _llm_type(self) -> str:
+        return "specguard"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"draft": getattr(self.draft, "name", None),
+                "target": getattr(self.target, "name", None), "tau": self.config.tau}  # fmt: skip
+
+    def graph(self) -> Any:
+        """The compiled SpecGuard graph this model runs (built once, on first use)."""
+        if self._graph is None:
+            from ..graph import build_graph
+
+            self._graph = build_graph(self.draft, self.target, embedder=self.embedder,
+                                      steps=ChatSteps(), config=self.config).compile()  # fmt: skip
+        return self._graph
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, BaseMessage]:  # fmt: skip
+        """Tools as LangChain accepts them: `@tool`s, functions, pydantic classes, OpenAI dicts."""
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        choice = tool_choice_name(tool_choice, formatted)
+        return super().bind(tools=formatted, tool_choice=choice, **kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        tool_choice: str | None = None,
+        context: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if stop:
+            raise ConfigError("SpecGuardChatModel does not take stop sequences: a message ends "
+                              "at the model's end of turn")  # fmt: skip
+        if kwargs:
+            raise ConfigError(f"unknown argument(s) for SpecGuardChatModel: {', '.join(kwargs)}")
+        question = chat_question(to_template(messages), tools, tool_choice, self.calls)
+        out = self.graph().invoke({"question": question}, context=check_context(context))
+        step = out["steps"][-1]
+        parsed = ChatSteps().parse(question, step["text"])
+        writer = self.draft if step["source"] == "draft" else self.target
+        prompt = ChatSteps().render_prompt(question, writer.tokenizer)
+        n_in = len(writer.encode(prompt))
+        meta = {
+            "model_name": f"specguard({getattr(self.draft, 'name', 'draft')}"
+            f"->{getattr(self.target, 'name', 'target')})",
+            "finish_reason": finish_reason(parsed, step.get("ended")),
+            "source": step["source"], "accepted": step["accepted"], "score": step["score"],
+            "grounding": step["grounding"], "logprob": step["logprob"],
+            "reason": step.get("reason"), "checked": step.get("checked"),
+            "candidates": len(step.get("candidates") or []),
+            "draft_text": step.get("draft_text"), "time_s": step.get("time_s"),
+        }  # fmt: skip
+        usage = {"input_tokens": n_in, "output_tokens": step["tokens"],
+                 "total_tokens": n_in + step["tokens"]}  # fmt: skip
+        message = to_ai_message(parsed, response_metadata=meta, usage_metadata=usage)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def check_context(context: dict[str, Any] | None) -> dict[str, Any]:
+    """Per-call settings (τ, k, temperature, ...) are the graph's run context."""
+    return RunContext(**(context or {})).model_dump(exclude_none=True)
