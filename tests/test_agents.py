@@ -103,8 +103,8 @@ def test_a_named_tool_choice_starts_the_turn_with_the_call():
     spec = ChatSteps()
     q = chat_question([{"role": "user", "content": "hi"}], TOOLS, "add")
     assert spec.render_prompt(q, tiny_tokenizer()).endswith('{"name": "add", "arguments": ')
-    assert spec.parse(q, '{"a": 1, "b": 2}}\n</tool_call>').calls[0]["arguments"] == {"a": 1,
-                                                                                     "b": 2}  # fmt: skip
+    parsed = spec.parse(q, '{"a": 1, "b": 2}}\n</tool_call>')
+    assert parsed.calls[0]["arguments"] == {"a": 1, "b": 2}
 
 
 # -- the chat model on scripted models ------------------------------------------------------
@@ -183,7 +183,7 @@ def test_bind_tools_takes_what_langchain_takes():
         return base**exponent
 
     seen: list[str] = []
-    m = chat(lambda p, i: ("ok", -0.01), lambda p, i: ("ok", 0), )
+    m = chat(lambda p, i: ("ok", -0.01), lambda p, i: ("ok", 0))
     m.draft = scripted(lambda p, i: ("ok", -0.01), name="draft", seen=seen)
     bound = m.bind_tools([add, Weather, power, TOOLS[0]], tool_choice="auto")
     assert bound.invoke("hi").content == "ok"
