@@ -1,24 +1,22 @@
-"""A tool-using agent whose tool calls are the steps: each call (one JSON line) is drafted
-by the small model and accepted or recomputed by the large one (`ToolCallSteps`), then the
-accepted call is executed by a LangGraph `ToolNode` and its result fed back.
+"""A LangChain agent whose model is SpecGuard: each assistant message (a tool call or the answer)
+is drafted by the small model, checked against the tools' schemas and scored, and written by
+the large model only when it fails. The agent itself is `langchain.agents.create_agent`,
+unchanged, with four ordinary tools.
 
-    python examples/tool_agent.py "What is (17 + 25) * 3?"
+    python examples/tool_agent.py "Convert 3 miles to km, then add the 5 km I already ran."
 """
 
 from __future__ import annotations
 
-import operator
 import sys
-import uuid
-from typing import Annotated, Any, TypedDict
+import time
+from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode
 
-from specguard_graph import SpecGuardConfig, ToolCallSteps, build_graph
+from specguard_graph import SpecGuardChatModel, chat_config
 
 
 @tool
@@ -33,74 +31,61 @@ def multiply(a: float, b: float) -> float:
     return a * b
 
 
-TOOLS = [add, multiply]
-SPEC = ToolCallSteps(tools=tuple(f"{t.name}(a, b)" for t in TOOLS))
+@tool
+def convert_units(value: float, from_unit: str, to_unit: str) -> float:
+    """Convert a length between units: m, km, mile, ft."""
+    metres = {"m": 1.0, "km": 1000.0, "mile": 1609.344, "ft": 0.3048}
+    if from_unit not in metres or to_unit not in metres:
+        raise ValueError(f"units must be one of {sorted(metres)}")
+    return round(value * metres[from_unit] / metres[to_unit], 4)
 
 
-class AgentState(TypedDict, total=False):
-    task: str
-    messages: Annotated[list[AnyMessage], add_messages]
-    answer: str | None
-    status: str
-    verified: Annotated[list[dict[str, Any]], operator.add]  # per call: who wrote it, its score
+@tool
+def lookup_population(city: str) -> int:
+    """The population of a city (a small offline table)."""
+    table = {"paris": 2_102_650, "berlin": 3_878_100, "madrid": 3_332_035}
+    return table.get(city.strip().lower(), -1)
 
 
-def transcript(state: AgentState) -> str:
-    """The task plus every call and observation so far, as the models will continue it."""
-    lines = [state["task"]]
-    for m in state.get("messages") or []:
-        if isinstance(m, ToolMessage):
-            lines.append(f"Observation: {m.content}")
-    return "\n".join(lines)
+TOOLS = [add, multiply, convert_units, lookup_population]
+SYSTEM = "Use the tools for every computation, one call at a time. Answer in one sentence."
 
 
-def build_tool_agent(draft, target, embedder=None, config: SpecGuardConfig | None = None,
-                     max_calls: int = 6):  # fmt: skip
-    # a turn ends at the first JSON line (ToolCallSteps.is_final); a few steps of lead-in
-    # (a code fence, a remark) are allowed before it
-    config = config or SpecGuardConfig(k=2, max_steps=4, max_step_tokens=48)
-    propose_step = build_graph(draft, target, embedder=embedder, steps=SPEC, config=config)
-    propose_step = propose_step.compile()
+def build_agent(draft: Any, target: Any, *, model: Any = None, tau: float = 0.5) -> Any:
+    """The agent with SpecGuard as its model (or any chat model given as `model`)."""
+    model = model or SpecGuardChatModel(draft=draft, target=target, config=chat_config(tau=tau))
+    return create_agent(model, TOOLS, system_prompt=SYSTEM)
 
-    def propose(state: AgentState) -> dict[str, Any]:
-        out = propose_step.invoke({"question": transcript(state)})
-        step = out["steps"][-1]
-        record = {k: step[k] for k in ("text", "source", "score")}
-        call = SPEC.parse(step["text"])
-        if call is None or not ({"final"} <= call.keys() or {"tool", "args"} <= call.keys()):
-            return {"status": "invalid_call", "verified": [record]}
-        if "final" in call:
-            return {"answer": str(call["final"]), "status": "final", "verified": [record]}
-        msg = AIMessage(
-            content=step["text"],
-            tool_calls=[{"name": call["tool"], "args": call["args"], "id": uuid.uuid4().hex}],
-        )
-        return {"messages": [msg], "verified": [record]}
 
-    def route(state: AgentState) -> str:
-        if state.get("status"):
-            return END
-        calls = sum(isinstance(m, AIMessage) for m in state.get("messages") or [])
-        return "tools" if calls <= max_calls else END
-
-    g = StateGraph(AgentState)
-    g.add_node("propose", propose)
-    g.add_node("tools", ToolNode(TOOLS))
-    g.add_edge(START, "propose")
-    g.add_conditional_edges("propose", route, ["tools", END])
-    g.add_edge("tools", "propose")
-    return g.compile()
+def run(agent: Any, task: str) -> dict[str, Any]:
+    """Run one task; what each message was and who wrote it."""
+    t0 = time.perf_counter()
+    out = agent.invoke({"messages": [HumanMessage(task)]})
+    messages = [m for m in out["messages"] if isinstance(m, AIMessage)]
+    return {
+        "answer": out["messages"][-1].content,
+        "latency_s": time.perf_counter() - t0,
+        "messages": [
+            {
+                "source": m.response_metadata.get("source", "model"),
+                "calls": [(c["name"], c["args"]) for c in m.tool_calls],
+                "text": m.content,
+                "reason": m.response_metadata.get("reason"),
+            }
+            for m in messages
+        ],
+    }
 
 
 def main() -> None:
-    from specguard_graph.models.loading import load_embedder, load_lm
+    from specguard_graph.models.loading import load_lm
 
-    task = " ".join(sys.argv[1:]) or "What is (17 + 25) * 3?"
-    agent = build_tool_agent(load_lm("draft"), load_lm("target"), load_embedder())
-    out = agent.invoke({"task": task, "messages": [HumanMessage(task)]})
-    for record in out.get("verified", []):
-        print(f"{record['source']:6} score={record['score']}  {record['text']}")
-    print("answer:", out.get("answer"), "status:", out.get("status", "max_calls"))
+    task = " ".join(sys.argv[1:]) or "Convert 3 miles to km, then add the 5 km I already ran."
+    result = run(build_agent(load_lm("draft"), load_lm("target")), task)
+    for m in result["messages"]:
+        why = f"  ({m['reason']})" if m["reason"] else ""
+        print(f"{m['source']:6}  {m['calls'] or m['text']!r}{why}")
+    print(f"answer: {result['answer']}  ({result['latency_s']:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
         ProgramSteps,
         ReasoningSteps,
         StepSpec,
-        ToolCallSteps,
         get_step_spec,
     )
 
@@ -51,7 +50,6 @@ _WHERE = {
     "ProgramSteps": ".steps",
     "ReasoningSteps": ".steps",
     "StepSpec": ".steps",
-    "ToolCallSteps": ".steps",
     "get_step_spec": ".steps",
 }
 
@@ -74,7 +72,6 @@ __all__ = [
     "StepModel",
     "StepOutput",
     "StepSpec",
-    "ToolCallSteps",
     "build_graph",
     "chat_config",
     "chat_question",

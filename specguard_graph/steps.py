@@ -1,5 +1,6 @@
 """What a "step" is: a protocol, so reasoning paragraphs, plan items and tool calls can all be
-verified by the same graph without the graph knowing which one it runs."""
+verified by the same graph without the graph knowing which one it runs (tool calls, one
+assistant message per step: `agents.spec.ChatSteps`)."""
 
 from __future__ import annotations
 
@@ -121,49 +122,6 @@ class PlanSteps:
         return json.dumps(items) if items else None
 
 
-TOOL_SYSTEM_PROMPT = (
-    "You solve tasks by calling tools. Reply with exactly one line of JSON and nothing "
-    'else: {"tool": "<name>", "args": {...}} to call a tool, or {"final": <answer>} '
-    "once the observations give the answer. Example reply: "
-    '{"tool": "add", "args": {"a": 2, "b": 3}}'
-)
-
-
-@dataclass(frozen=True)
-class ToolCallSteps:
-    """One JSON tool call per line; the run is final at a {"final": ...} line."""
-
-    tools: tuple[str, ...] = ()
-    system_prompt: str = TOOL_SYSTEM_PROMPT
-    name: str = "tool_call"
-    delimiter: str = "\n"
-
-    def render_prompt(self, question: str, tokenizer: Any) -> str:
-        tools = f" Tools: {', '.join(self.tools)}." if self.tools else ""
-        return _chat_prompt(tokenizer, self.system_prompt + tools, question)
-
-    @staticmethod
-    def parse(step: str) -> dict[str, Any] | None:
-        """The JSON object of one step, or None when the step is not valid JSON."""
-        try:
-            obj = json.loads(step.strip())
-        except json.JSONDecodeError:
-            return None
-        return obj if isinstance(obj, dict) else None
-
-    def is_final(self, step: str, *, eos: bool) -> bool:
-        """A JSON object ends the model's turn: a call to execute or the final answer.
-        Anything else (a code fence, a remark) is a step that leads up to it."""
-        return eos or self.parse(step) is not None
-
-    def extract_answer(self, text: str) -> str | None:
-        for line in reversed(text.splitlines()):
-            obj = self.parse(line)
-            if obj is not None and "final" in obj:
-                return str(obj["final"])
-        return None
-
-
 NEVER = "\x00\x01never"  # a delimiter no text holds: the model runs to EOS or the budget
 _OUTPUT_BLOCK = re.compile(r"```\s*output\b|^\s*output:\s*$", re.IGNORECASE | re.MULTILINE)
 
@@ -234,7 +192,6 @@ STEP_SPECS: dict[str, StepSpec] = {
     "reasoning": ReasoningSteps(),
     "program": ProgramSteps(),
     "plan": PlanSteps(),
-    "tool_call": ToolCallSteps(),
 }
 
 

@@ -6,7 +6,7 @@ Models load once, at import, from the configured paths or the embedded defaults:
   SPECGUARD_STUDIO_MODELS=tiny          the offline tiny models (tests, quick looks)
   SPECGUARD_DRAFT / SPECGUARD_TARGET / SPECGUARD_EMBEDDER   model paths (dirs or .gguf)
   SPECGUARD_CONFIG                      a SpecGuardConfig JSON file
-  SPECGUARD_STEPS                       reasoning | plan | tool_call
+  SPECGUARD_STEPS                       reasoning | program | plan
 The exported graph has no checkpointer: the server brings its own. τ, β, k, the temperature
 and the step limits can change per run: Studio shows them as the run's context (RunContext).
 """

@@ -258,3 +258,16 @@ def test_the_chat_model_runs_on_tiny_local_models_with_both_signals():
     assert meta["source"] in ("draft", "target") and meta["checked"]
     assert meta["grounding"] is not None and meta["logprob"] is not None
     assert 0 < msg.usage_metadata["output_tokens"] <= 12
+
+
+def test_json_lines_of_calls_parse_as_calls():
+    lines = '{"name": "add", "arguments": {"a": 1, "b": 2}}\n{"name": "add", "arguments": {}}'
+    assert [c["arguments"] for c in parse_calls(lines).calls] == [{"a": 1, "b": 2}, {}]
+
+
+def test_a_draft_message_cut_at_its_budget_goes_to_the_target():
+    m = chat(lambda p, i: ("word " * 100, -0.01), lambda p, i: ("Short answer.", 0),
+             max_step_tokens=40, max_total_tokens=40)  # fmt: skip
+    msg = m.invoke("hi")
+    assert msg.response_metadata["source"] == "target" and "cut" in msg.response_metadata["reason"]
+    assert msg.content == "Short answer."

@@ -2,14 +2,21 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from langchain_core.messages import HumanMessage
-
-from specguard_graph import CallableStepModel, SpecGuardConfig, StepOutput, build_graph
+from specguard_graph import (
+    CallableStepModel,
+    SpecGuardChatModel,
+    SpecGuardConfig,
+    StepOutput,
+    build_graph,
+    chat_config,
+)
+from specguard_graph.testing import tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -44,31 +51,32 @@ def test_planner_agent_on_tiny_models(tiny):
 
 
 def test_tool_agent_on_tiny_models_stops_cleanly(tiny):
-    agent = tool_agent.build_tool_agent(tiny.draft, tiny.target, tiny.embedder, SMALL)
-    out = agent.invoke({"task": "2 + 3?", "messages": [HumanMessage("2 + 3?")]})
-    assert out.get("status") in ("invalid_call", "final", None)
-    assert out["verified"]
+    cfg = chat_config(max_step_tokens=12, max_total_tokens=12)
+    model = SpecGuardChatModel(draft=tiny.draft, target=tiny.target, config=cfg)
+    result = tool_agent.run(tool_agent.build_agent(None, None, model=model), "2 + 3?")
+    assert result["messages"] and result["messages"][0]["source"] in ("draft", "target")
 
 
-def test_tool_agent_executes_accepted_calls_with_toolnode(tiny):
-    script = ['{"tool": "add", "args": {"a": 17, "b": 25}}',
-              '{"tool": "multiply", "args": {"a": 42, "b": 3}}', '{"final": 126}']  # fmt: skip
-    seen = []
-
+def test_tool_agent_runs_the_tools_with_create_agent(tiny):
     def draft_fn(prompt, n, **kw):
-        seen.append(prompt)
-        return [StepOutput(text=script[prompt.count("Observation:")], token_logprobs=[-0.1])] * n
+        done = re.findall(r"<\|im_start\|>tool\n(.*?)<\|im_end\|>", prompt)
+        script = [{"name": "lookup_population", "arguments": {"city": "Paris"}},
+                  {"name": "lookup_population", "arguments": {"city": "Berlin"}},
+                  {"name": "add", "arguments": {"a": float(done[0]), "b": float(done[-1])}}
+                  if done else None]  # fmt: skip
+        if len(done) < 3:
+            text = "<tool_call>\n" + json.dumps(script[len(done)]) + "\n</tool_call>"
+        else:
+            text = f"Together they have {done[-1]} people."
+        return [StepOutput(text=text, token_logprobs=[-0.1], ended="eos")] * n
 
-    draft = CallableStepModel(draft_fn, has_logprobs=True)
-    # a callable's tokens are characters: the longest call is 45, so steps are not cut
-    cfg = SpecGuardConfig(k=1, beta=1.0, tau=0.5, max_step_tokens=64)
-    agent = tool_agent.build_tool_agent(draft, tiny.target, None, cfg)
-    out = agent.invoke({"task": "(17 + 25) * 3?", "messages": [HumanMessage("(17+25)*3?")]})
-    assert out["answer"] == "126" and out["status"] == "final"
-    observations = [m.content for m in out["messages"] if m.type == "tool"]
-    assert observations == ["42.0", "126.0"]  # computed by the ToolNode, not the model
-    assert "Observation: 42.0" in seen[1]
-    assert [r["source"] for r in out["verified"]] == ["draft"] * 3
+    draft = CallableStepModel(draft_fn, has_logprobs=True, tokenizer=tiny_tokenizer())
+    model = SpecGuardChatModel(draft=draft, target=draft, config=chat_config(beta=1.0))
+    result = tool_agent.run(tool_agent.build_agent(None, None, model=model), "Paris + Berlin?")
+    assert [m["calls"][0][0] for m in result["messages"][:3]] == [
+        "lookup_population", "lookup_population", "add"]  # fmt: skip
+    assert result["answer"] == "Together they have 5980750.0 people."
+    assert {m["source"] for m in result["messages"]} == {"draft"}
 
 
 def test_a_killed_run_resumes_from_its_last_accepted_step(tmp_path):

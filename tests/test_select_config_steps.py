@@ -9,7 +9,6 @@ from specguard_graph import (
     ReasoningSteps,
     SpecGuardConfig,
     StepSpec,
-    ToolCallSteps,
     get_step_spec,
 )
 from specguard_graph.scoring import select_medoid
@@ -95,14 +94,6 @@ def test_plan_spec_is_a_different_notion_of_step(tiny):
     ]
     prompt = spec.render_prompt("cook dinner", tiny.draft.tokenizer)
     assert "to cook dinner" in prompt and prompt.endswith("<|im_start|>assistant\n")
-
-
-def test_tool_call_spec():
-    spec = ToolCallSteps(tools=("add",))
-    assert spec.is_final('{"final": 5}', eos=False)
-    assert spec.is_final('{"tool": "add", "args": {}}', eos=False)  # ends the model's turn
-    assert not spec.is_final("```json", eos=False)
-    assert spec.extract_answer('{"tool": "add"}\n{"final": 5}') == "5"
 
 
 def test_unknown_step_spec_names_the_known_ones():

@@ -60,8 +60,8 @@ _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
 def _bare_calls(text: str) -> list[dict[str, Any]] | None:
-    """A message that is nothing but a call object (or a list of them), bare or in a ```json
-    fence, as small models write when they skip the tags; None when it is anything else."""
+    """A message that is nothing but call objects (one, a list, or one per line), bare or in a
+    ```json fence, as small models write when they skip the tags; None when it is anything else."""
     body = text.strip()
     if m := _FENCE.match(body):
         body = m.group(1)
@@ -70,10 +70,16 @@ def _bare_calls(text: str) -> list[dict[str, Any]] | None:
     try:
         obj = json.loads(body)
         items = obj if isinstance(obj, list) else [obj]
-        if not items or not all(isinstance(i, dict) and "name" in i for i in items):
+    except json.JSONDecodeError:
+        try:
+            items = [json.loads(line) for line in body.splitlines() if line.strip()]
+        except json.JSONDecodeError:
             return None
+    if not items or not all(isinstance(i, dict) and "name" in i for i in items):
+        return None
+    try:
         return [_json_call(json.dumps(i)) for i in items]
-    except (ValueError, json.JSONDecodeError):
+    except ValueError:
         return None
 
 

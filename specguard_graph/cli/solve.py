@@ -44,7 +44,6 @@ class Steps(StrEnum):
     reasoning = "reasoning"
     program = "program"
     plan = "plan"
-    tool_call = "tool_call"
 
 
 class SignalModel(StrEnum):

@@ -53,7 +53,10 @@ def decide(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -
         decision.update(accepted=False, reason=why)
     check = getattr(deps.spec, "check", None)  # e.g. tool calls against their schemas
     if check is not None:
-        why = check(state["question"], state["candidates"][state["selected"]]["text"])
+        chosen = state["candidates"][state["selected"]]
+        why = check(state["question"], chosen["text"])
+        if why is None and chosen.get("ended") == "length":  # one message, and it is unfinished
+            why = "the message was cut at its token budget"
         decision["checked"] = why or "ok"
         if why:
             decision.update(accepted=False, reason=why)
