@@ -1,0 +1,37 @@
+"""The embedded pair behind SpecGuardChatModel in a real LangChain agent (`create_agent`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import ToolMessage
+
+from specguard_graph import SpecGuardChatModel, chat_config
+
+pytestmark = pytest.mark.real
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import tool_agent  # noqa: E402
+
+
+def test_a_drafted_call_is_schema_checked_and_runs(real_pair):
+    draft, target, _ = real_pair
+    model = SpecGuardChatModel(draft=draft, target=target, config=chat_config())
+    msg = model.bind_tools(tool_agent.TOOLS).invoke("What is 17 times 25? Use a tool.")
+    assert msg.tool_calls, msg.content
+    call = msg.tool_calls[0]
+    assert call["name"] == "multiply" and {call["args"]["a"], call["args"]["b"]} == {17, 25}
+    assert msg.response_metadata["checked"] == "ok"
+    assert msg.usage_metadata["input_tokens"] > 200  # the four tools are in the prompt
+
+
+def test_the_tool_agent_solves_a_multi_step_task_on_the_embedded_pair(real_pair):
+    draft, target, _ = real_pair
+    agent = tool_agent.build_agent(draft, target)
+    out = agent.invoke({"messages": [("user", "What is the combined population of Paris and "
+                                               "Berlin? Look both up, then add them.")]})  # fmt: skip
+    results = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert "2102650" in results and "3878100" in results  # both lookups ran in the ToolNode
+    assert "5980750" in out["messages"][-1].content.replace(",", "")
