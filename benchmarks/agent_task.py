@@ -17,11 +17,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
 
-import tool_agent  # noqa: E402
+import tool_agent
 
-from specguard_graph import SpecGuardChatModel, chat_config  # noqa: E402
-from specguard_graph.machine import describe  # noqa: E402
-from specguard_graph.models.loading import load_lm  # noqa: E402
+from specguard_graph import SpecGuardChatModel, chat_config
+from specguard_graph.machine import describe
+from specguard_graph.models.loading import load_lm
 
 TASKS = [
     ("What is the combined population of Paris and Berlin?", 5_980_750),
@@ -42,12 +42,12 @@ def main() -> None:
     args = ap.parse_args()
     print(describe())
     draft, target = load_lm("draft"), load_lm("target")
+    # the target alone: the target drafts for itself and every message is accepted (beta = 1:
+    # no attention captured); a message it writes that fails the check is written again
+    alone = chat_config(tau=0.0, beta=1.0)
     models = {
-        "specguard": SpecGuardChatModel(draft=draft, target=target,
-                                        config=chat_config(tau=args.tau)),  # fmt: skip
-        # the target alone: SpecGuard with every message sent to the target (tau above 1 is
-        # not allowed, so the draft is the target itself and nothing is ever drafted cheaply)
-        "target": SpecGuardChatModel(draft=target, target=target, config=chat_config(tau=0.0, beta=1.0)),
+        "specguard": SpecGuardChatModel(draft=draft, target=target, config=chat_config(tau=args.tau)),
+        "target": SpecGuardChatModel(draft=target, target=target, config=alone),
     }
     ratios = []
     for r in range(args.rounds):
@@ -58,9 +58,10 @@ def main() -> None:
                 msgs = out["messages"]
                 drafted = sum(m["source"] == "draft" for m in msgs) if name == "specguard" else 0
                 latency[name] = out["latency_s"]
-                print(f"[{r}] {name:9} {out['latency_s']:6.1f} s  right={right(out['answer'], gold)}"
-                      f"  messages={len(msgs)} drafted={drafted}/{len(msgs)}  "
-                      f"{[m['calls'] or m['text'][:60] for m in msgs]}", flush=True)  # fmt: skip
+                ok = right(out["answer"], gold)
+                shown = [m["calls"] or m["text"][:60] for m in msgs]
+                print(f"[{r}] {name:9} {out['latency_s']:6.1f} s  right={ok}  messages="
+                      f"{len(msgs)} drafted={drafted}/{len(msgs)}  {shown}", flush=True)  # fmt: skip
             ratios.append(latency["specguard"] / latency["target"])
     print(f"median latency SpecGuard / target as the agent's model: {statistics.median(ratios):.2f}"
           f" over {len(ratios)} runs (tau {args.tau})")  # fmt: skip

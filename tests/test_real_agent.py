@@ -30,8 +30,8 @@ def test_a_drafted_call_is_schema_checked_and_runs(real_pair):
 def test_the_tool_agent_solves_a_multi_step_task_on_the_embedded_pair(real_pair):
     draft, target, _ = real_pair
     agent = tool_agent.build_agent(draft, target)
-    out = agent.invoke({"messages": [("user", "What is the combined population of Paris and "
-                                               "Berlin? Look both up, then add them.")]})  # fmt: skip
+    task = "What is the combined population of Paris and Berlin? Look both up, then add them."
+    out = agent.invoke({"messages": [("user", task)]})
     results = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
     assert "2102650" in results and "3878100" in results  # both lookups ran in the ToolNode
     assert "5980750" in out["messages"][-1].content.replace(",", "")
