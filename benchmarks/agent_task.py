@@ -44,9 +44,9 @@ def main() -> None:
     draft, target = load_lm("draft"), load_lm("target")
     # the target alone: the target drafts for itself and every message is accepted (beta = 1:
     # no attention captured); a message it writes that fails the check is written again
-    alone = chat_config(tau=0.0, beta=1.0)
+    alone, cfg = chat_config(tau=0.0, beta=1.0), chat_config(tau=args.tau)
     models = {
-        "specguard": SpecGuardChatModel(draft=draft, target=target, config=chat_config(tau=args.tau)),
+        "specguard": SpecGuardChatModel(draft=draft, target=target, config=cfg),
         "target": SpecGuardChatModel(draft=target, target=target, config=alone),
     }
     ratios = []
@@ -60,8 +60,8 @@ def main() -> None:
                 latency[name] = out["latency_s"]
                 ok = right(out["answer"], gold)
                 shown = [m["calls"] or m["text"][:60] for m in msgs]
-                print(f"[{r}] {name:9} {out['latency_s']:6.1f} s  right={ok}  messages="
-                      f"{len(msgs)} drafted={drafted}/{len(msgs)}  {shown}", flush=True)  # fmt: skip
+                print(f"[{r}] {name:9} {out['latency_s']:6.1f} s  right={ok}  "
+                      f"drafted={drafted}/{len(msgs)}  {shown}", flush=True)  # fmt: skip
             ratios.append(latency["specguard"] / latency["target"])
     print(f"median latency SpecGuard / target as the agent's model: {statistics.median(ratios):.2f}"
           f" over {len(ratios)} runs (tau {args.tau})")  # fmt: skip

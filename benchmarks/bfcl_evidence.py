@@ -108,9 +108,11 @@ def replay(runs: dict[str, dict[str, dict]], rows: list[dict], budget: float,
            beta: float) -> tuple[float, int, float] | None:  # fmt: skip
     t, d = runs["target"], runs["draft"]
     base = statistics.median(r["latency_s"] for r in t.values())
-    print(f"\nτ replay, SpecGuard k = 1 at β = {beta} (from the draft and target records; "
-          f"median target {base:.1f} s; rows where the accepted set changes)\n"
-          "| τ | accepted | accuracy | latency × target |\n|---|---|---|---|")
+    print(
+        f"\nτ replay, SpecGuard k = 1 at β = {beta} (from the draft and target records; "
+        f"median target {base:.1f} s; rows where the accepted set changes)\n"
+        "| τ | accepted | accuracy | latency × target |\n|---|---|---|---|"
+    )
     best, last = None, None
     for tau in [x / 100 for x in range(0, 101)]:
         acc, lat, taken = 0, [], 0
@@ -127,8 +129,10 @@ def replay(runs: dict[str, dict[str, dict]], rows: list[dict], budget: float,
         if ratio <= budget and (best is None or acc > best[1]):
             best = (tau, acc, ratio)
     if best:
-        print(f"chosen τ = {best[0]:.2f} (the first τ of the most accurate within the budget): "
-              f"{best[1]}/{len(rows)} at {best[2]:.2f}× (budget {budget})")
+        print(
+            f"chosen τ = {best[0]:.2f} (the first τ of the most accurate within the budget): "
+            f"{best[1]}/{len(rows)} at {best[2]:.2f}× (budget {budget})"
+        )
     return best
 
 
@@ -149,13 +153,19 @@ def main() -> None:
     print(f"sd text = target text on {same}/{n}")
     rows = draft_signals(runs)
     auroc_table(rows, "AUROC against the draft message's AST label, all messages")
-    auroc_table([r for r in rows if r["schema valid"] == 1.0],
-                "AUROC on the schema-valid draft messages (valid but wrong vs right)")
+    auroc_table(
+        [r for r in rows if r["schema valid"] == 1.0],
+        "AUROC on the schema-valid draft messages (valid but wrong vs right)",
+    )
     by_cat = defaultdict(list)
     for r in rows:
         by_cat[category(r["id"])].append(r)
-    print("\nschema-invalid draft messages per category: " + ", ".join(
-        f"{c} {sum(r['schema valid'] == 0 for r in v)}/{len(v)}" for c, v in by_cat.items()))
+    print(
+        "\nschema-invalid draft messages per category: "
+        + ", ".join(
+            f"{c} {sum(r['schema valid'] == 0 for r in v)}/{len(v)}" for c, v in by_cat.items()
+        )
+    )
     for beta in (0.3, 1.0):
         replay(runs, rows, args.budget, beta)
 
