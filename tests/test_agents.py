@@ -8,7 +8,9 @@ import json
 import re
 
 import pytest
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from pydantic import BaseModel, Field
 
@@ -271,3 +273,56 @@ def test_a_draft_message_cut_at_its_budget_goes_to_the_target():
     msg = m.invoke("hi")
     assert msg.response_metadata["source"] == "target" and "cut" in msg.response_metadata["reason"]
     assert msg.content == "Short answer."
+
+
+# -- any LangChain chat model as draft or target --------------------------------------------
+
+
+class ScriptedChat(BaseChatModel):
+    """A provider-like chat model: bind_tools, tool calls, log-probs in the metadata."""
+
+    reply: AIMessage
+    seen: list = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools, *, tool_choice=None, **kw):
+        self.seen.append(("bind", [t["function"]["name"] for t in tools], tool_choice))
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        self.seen.append(("call", [type(m).__name__ for m in messages]))
+        return ChatResult(generations=[ChatGeneration(message=self.reply)])
+
+
+def test_a_langchain_chat_model_can_be_the_draft_and_the_target():
+    lp = {"logprobs": {"content": [{"logprob": -0.01}] * 5}}
+    good = AIMessage("", tool_calls=[{"name": "add", "args": {"a": 2, "b": 3}, "id": "c1"}],
+                     response_metadata=lp)  # fmt: skip
+    bad = AIMessage("", tool_calls=[{"name": "add", "args": {"a": 2}, "id": "c2"}],
+                    response_metadata=lp)  # fmt: skip
+    draft, target = ScriptedChat(reply=bad, seen=[]), ScriptedChat(reply=good, seen=[])
+    model = SpecGuardChatModel(draft=draft, target=target, config=chat_config(beta=1.0))
+    history = [HumanMessage("2 + 3?"),
+               AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 1}, "id": "c0"}]),
+               ToolMessage("2.0", tool_call_id="c0")]  # fmt: skip
+    msg = model.bind_tools([add], tool_choice="add").invoke(history)
+    assert msg.response_metadata["source"] == "target"  # the draft's call misses "b"
+    assert msg.tool_calls[0]["args"] == {"a": 2, "b": 3}
+    assert draft.seen[0] == ("bind", ["add"], "add")
+    assert draft.seen[1] == ("call", ["HumanMessage", "AIMessage", "ToolMessage"])
+
+
+def test_a_served_template_renders_tools_as_transformers_does():
+    from specguard_graph.models.served import ServerTemplate
+
+    template = ("{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
+                "{% for m in messages %}{{ m['content'] }}{% endfor %}")  # fmt: skip
+    tok = tiny_tokenizer()
+    tools = [{"type": "function", "function": {"name": "cmp", "description": "a < b & c"}}]
+    messages = [{"role": "user", "content": "hi"}]
+    local = tok.apply_chat_template(messages, tools=tools, chat_template=template, tokenize=False)
+    served = ServerTemplate(template).apply_chat_template(messages, tools=tools)
+    assert served == local and "a < b & c" in served

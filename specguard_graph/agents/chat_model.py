@@ -59,7 +59,8 @@ def _names(tools: Sequence[dict[str, Any]]) -> list[str]:
 class SpecGuardChatModel(BaseChatModel):
     """A chat model whose messages the draft writes and the target checks (see module doc).
 
-    `draft` / `target`: step models (`load_lm(...)`, a served URL's model, `CallableStepModel`).
+    `draft` / `target`: step models (`load_lm(...)`, a served URL's model, `CallableStepModel`)
+    or any LangChain chat model (a draft one needs token log-probs, e.g. `logprobs=True`).
     `config`: the graph's settings (`chat_config(tau=..., k=4, temperature=0.7)`).
     `calls`: how models write calls, "json" (native tool template) or "python" (BFCL prompting).
     """
@@ -85,7 +86,11 @@ class SpecGuardChatModel(BaseChatModel):
         """The compiled SpecGuard graph this model runs (built once, on first use)."""
         if self._graph is None:
             from ..graph import build_graph
+            from .chat_writer import ChatModelWriter
 
+            for role in ("draft", "target"):  # a LangChain chat model writes through its API
+                if isinstance(getattr(self, role), BaseChatModel):
+                    setattr(self, role, ChatModelWriter(getattr(self, role)))
             self._graph = build_graph(self.draft, self.target, embedder=self.embedder,
                                       steps=ChatSteps(), config=self.config).compile()  # fmt: skip
         return self._graph

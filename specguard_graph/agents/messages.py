@@ -36,15 +36,40 @@ def to_template(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
             entry: dict[str, Any] = {"role": "assistant", "content": _text(m)}
             if m.tool_calls:
                 entry["tool_calls"] = [
-                    {"type": "function", "function": {"name": c["name"], "arguments": c["args"]}}
+                    {"type": "function", "id": c.get("id"),
+                     "function": {"name": c["name"], "arguments": c["args"]}}
                     for c in m.tool_calls
-                ]
+                ]  # fmt: skip
             out.append(entry)
         elif isinstance(m, ToolMessage):
-            out.append({"role": "tool", "content": _text(m), "name": m.name})
+            out.append({"role": "tool", "content": _text(m), "name": m.name,
+                        "tool_call_id": m.tool_call_id})  # fmt: skip
         else:
             raise InputError(f"cannot render a {type(m).__name__} in a chat template")
     return out
+
+
+def from_template(messages: Sequence[dict[str, Any]]) -> list[BaseMessage]:
+    """`to_template`'s dicts back as LangChain messages (for a chat model that writes a step)."""
+    out: list[BaseMessage] = []
+    for m in messages:
+        role, content = m["role"], m.get("content") or ""
+        if role == "system":
+            out.append(SystemMessage(content))
+        elif role == "user":
+            out.append(HumanMessage(content))
+        elif role == "assistant":
+            calls = [_from_call(c) for c in m.get("tool_calls") or []]
+            out.append(AIMessage(content, tool_calls=calls))
+        else:
+            out.append(ToolMessage(content, tool_call_id=m.get("tool_call_id") or _call_id(),
+                                   name=m.get("name")))  # fmt: skip
+    return out
+
+
+def _from_call(c: dict[str, Any]) -> dict[str, Any]:
+    fn = c["function"]
+    return {"name": fn["name"], "args": fn["arguments"], "id": c.get("id") or _call_id()}
 
 
 def _call_id() -> str:

@@ -76,6 +76,7 @@ class ServerTemplate:
 
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
+        env.filters["tojson"] = _tojson  # transformers' own: no HTML escaping, keys in order
         self.chat_template = template
         self._template: jinja2.Template = env.from_string(template)
         self.bos_token, self.eos_token = bos, eos
@@ -84,8 +85,16 @@ class ServerTemplate:
                             add_generation_prompt: bool = True, **kw: Any) -> str:  # fmt: skip
         return self._template.render(
             messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token, eos_token=self.eos_token,
+            bos_token=self.bos_token, eos_token=self.eos_token, tools=kw.get("tools"),
         )  # fmt: skip
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: Any = None, sort_keys: bool = False) -> str:  # fmt: skip
+    import json
+
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)  # fmt: skip
 
 
 def _raise(message: str) -> None:
