@@ -282,7 +282,7 @@ class ScriptedChat(BaseChatModel):
     """A provider-like chat model: bind_tools, tool calls, log-probs in the metadata."""
 
     reply: AIMessage
-    seen: list = []
+    seen: list = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
