@@ -120,3 +120,27 @@ def test_the_wheel_downloads_extracts_and_grades_from_an_empty_cache(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "True"
     assert (tmp_path / "home" / f"bfcl_eval-{bfcl.BFCL[1]}" / ".complete").exists()
+
+
+def test_the_bench_runs_bfcl_problems_with_every_method_on_tiny_models(tiny, tmp_path):
+    from specguard_graph import SpecGuardConfig
+    from specguard_graph.bench import methods
+    from specguard_graph.bench.run import run
+    from specguard_graph.errors import ConfigError
+
+    problems = load("bfcl-dev:simple_python,irrelevance", limit=2)
+    base = SpecGuardConfig()
+    names = ["target", "draft", "sd", "specguard-greedy", "specguard@beta=1.0+tau=0.9"]
+    solvers = {m: methods.make(m, tiny.draft, tiny.target, tiny.embedder, base, 8,
+                               steps=ChatSteps()) for m in names}  # fmt: skip
+    run(problems, solvers, tmp_path)
+    for m in names:
+        records = [json.loads(x) for x in (tmp_path / f"{m}.jsonl").read_text().splitlines()]
+        assert [r["id"] for r in records] == ["simple_python_0", "irrelevance_0"]
+        assert all(isinstance(r["bfcl"]["valid"], bool) and r["correct"] == r["bfcl"]["valid"]
+                   for r in records)  # fmt: skip
+    sg = json.loads((tmp_path / "specguard-greedy.jsonl").read_text().splitlines()[0])
+    assert len(sg["step_records"]) == 1 and sg["step_records"][0]["checked"]
+    for bad in ("rsd", "specguard-program"):
+        with pytest.raises(ConfigError, match="steps"):
+            methods.make(bad, tiny.draft, tiny.target, tiny.embedder, base, 8, steps=ChatSteps())

@@ -193,6 +193,8 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
         changes = {"max_steps": 1, "max_step_tokens": max_tokens, **changes}
     config = base.replace(**changes)
     if steps is not None:
+        if method.endswith("-program"):
+            raise ConfigError(f"{name} runs program steps, not {steps.name} steps")
         return specguard(draft, target, embedder, config, steps)
     if not method.endswith("-program"):
         return specguard(draft, target, embedder, config)
