@@ -326,3 +326,11 @@ def test_a_served_template_renders_tools_as_transformers_does():
     local = tok.apply_chat_template(messages, tools=tools, chat_template=template, tokenize=False)
     served = ServerTemplate(template).apply_chat_template(messages, tools=tools)
     assert served == local and "a < b & c" in served
+
+
+def test_the_doubled_braces_of_qwen_coders_template_still_parse():
+    """Qwen2.5-Coder's chat template prints {{"name": ...}} in its instruction; the model copies it."""
+    doubled = '{{"name": "add", "arguments": {"a": 1, "b": 2}}}'
+    assert parse_calls(doubled).calls == [{"name": "add", "arguments": {"a": 1, "b": 2}}]
+    assert parse_calls(f"<tool_call>\n{doubled}\n</tool_call>").calls[0]["name"] == "add"
+    assert parse_calls(doubled + "\n" + doubled).calls[1]["arguments"] == {"a": 1, "b": 2}

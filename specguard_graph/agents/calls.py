@@ -44,8 +44,20 @@ class ParsedMessage:
                            "invalid": self.invalid}, ensure_ascii=False)  # fmt: skip
 
 
+def _loads(raw: str) -> Any:
+    """JSON, or the doubled braces `{{...}}` that Qwen2.5-Coder's own chat template shows in
+    its tool-call instruction (and the model then copies)."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        raw = raw.strip()
+        if raw.startswith("{{") and raw.endswith("}}"):
+            return json.loads(raw[1:-1])
+        raise
+
+
 def _json_call(raw: str) -> dict[str, Any]:
-    obj = json.loads(raw)
+    obj = _loads(raw)
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         raise ValueError('a call is a JSON object with a "name"')
     args = obj.get("arguments", obj.get("parameters", {}))
@@ -68,11 +80,11 @@ def _bare_calls(text: str) -> list[dict[str, Any]] | None:
     if not body.startswith(("{", "[")):
         return None
     try:
-        obj = json.loads(body)
+        obj = _loads(body)
         items = obj if isinstance(obj, list) else [obj]
     except json.JSONDecodeError:
         try:
-            items = [json.loads(line) for line in body.splitlines() if line.strip()]
+            items = [_loads(line) for line in body.splitlines() if line.strip()]
         except json.JSONDecodeError:
             return None
     if not items or not all(isinstance(i, dict) and "name" in i for i in items):
