@@ -329,7 +329,7 @@ def test_a_served_template_renders_tools_as_transformers_does():
 
 
 def test_the_doubled_braces_of_qwen_coders_template_still_parse():
-    """Qwen2.5-Coder's chat template prints {{"name": ...}} in its instruction; the model copies it."""
+    """Qwen2.5-Coder's template shows {{"name": ...}} in its instruction; the model copies it."""
     doubled = '{{"name": "add", "arguments": {"a": 1, "b": 2}}}'
     assert parse_calls(doubled).calls == [{"name": "add", "arguments": {"a": 1, "b": 2}}]
     assert parse_calls(f"<tool_call>\n{doubled}\n</tool_call>").calls[0]["name"] == "add"
