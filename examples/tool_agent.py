@@ -53,7 +53,9 @@ SYSTEM = "Use the tools for every computation, one call at a time. Answer in one
 
 def build_agent(draft: Any, target: Any, *, model: Any = None, tau: float = 0.5) -> Any:
     """The agent with SpecGuard as its model (or any chat model given as `model`)."""
-    model = model or SpecGuardChatModel(draft=draft, target=target, config=chat_config(tau=tau))
+    # a call is at most a few dozen tokens: a message that runs past 128 is a loop, cut early
+    cfg = chat_config(tau=tau, max_step_tokens=128, max_total_tokens=128)
+    model = model or SpecGuardChatModel(draft=draft, target=target, config=cfg)
     return create_agent(model, TOOLS, system_prompt=SYSTEM)
 
 
