@@ -39,10 +39,6 @@ class ParsedMessage:
         keys = sorted(json.dumps(c, sort_keys=True, ensure_ascii=False) for c in self.calls)
         return "[" + ",".join(keys) + "]"
 
-    def to_json(self) -> str:
-        return json.dumps({"content": self.content, "tool_calls": self.calls,
-                           "invalid": self.invalid}, ensure_ascii=False)  # fmt: skip
-
 
 def _loads(raw: str) -> Any:
     """JSON, or the doubled braces `{{...}}` that Qwen2.5-Coder's own chat template shows in

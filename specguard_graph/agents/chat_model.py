@@ -27,6 +27,7 @@ from .calls import CallFormat
 from .messages import finish_reason, to_ai_message, to_template
 from .spec import ChatSteps, chat_question
 
+SPEC = ChatSteps()
 # one message per run, greedy, no vote: the cheapest setting that is still SpecGuard
 CHAT_DEFAULTS = {"k": 1, "temperature": 0.0, "max_steps": 1, "max_step_tokens": 256,
                  "max_total_tokens": 256}  # fmt: skip
@@ -92,7 +93,7 @@ class SpecGuardChatModel(BaseChatModel):
                 if isinstance(getattr(self, role), BaseChatModel):
                     setattr(self, role, ChatModelWriter(getattr(self, role)))
             self._graph = build_graph(self.draft, self.target, embedder=self.embedder,
-                                      steps=ChatSteps(), config=self.config).compile()  # fmt: skip
+                                      steps=SPEC, config=self.config).compile()  # fmt: skip
         return self._graph
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None,
@@ -121,10 +122,9 @@ class SpecGuardChatModel(BaseChatModel):
         question = chat_question(to_template(messages), tools, tool_choice, self.calls)
         out = self.graph().invoke({"question": question}, context=check_context(context))
         step = out["steps"][-1]
-        parsed = ChatSteps().parse(question, step["text"])
+        parsed = SPEC.parse(question, step["text"])
         writer = self.draft if step["source"] == "draft" else self.target
-        prompt = ChatSteps().render_prompt(question, writer.tokenizer)
-        n_in = len(writer.encode(prompt))
+        n_in = len(writer.encode(SPEC.render_prompt(question, writer.tokenizer)))
         meta = {
             "model_name": f"specguard({getattr(self.draft, 'name', 'draft')}"
             f"->{getattr(self.target, 'name', 'target')})",

@@ -15,8 +15,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from ..models.callable import CallableStepModel, StepOutput
-from ..models.chat import _logprobs
+from ..models.callable import StepOutput
+from ..models.chat import ChatStepModel, _logprobs
 from .messages import from_template
 
 
@@ -50,17 +50,13 @@ def as_text(message: AIMessage) -> str:
     return "\n".join([t for t in [text.strip(), *blocks] if t])
 
 
-class ChatModelWriter(CallableStepModel):
-    """Messages from a `BaseChatModel`; k candidates are k calls, each with its own seed."""
+class ChatModelWriter(ChatStepModel):
+    """Whole messages from a `BaseChatModel` (ChatStepModel writes one step of a reasoning
+    answer); k candidates are k calls, each with its own seed."""
 
     def __init__(self, chat_model: Any, *, name: str | None = None):
-        super().__init__(self._never, name=name or type(chat_model).__name__,
-                         has_logprobs=True, tokenizer=QuestionAsPrompt())  # fmt: skip
-        self.chat_model = chat_model
-
-    @staticmethod
-    def _never(*args: Any, **kw: Any) -> list[str]:  # pragma: no cover - `_write` replaces it
-        raise NotImplementedError
+        super().__init__(chat_model, name=name)
+        self.tokenizer = QuestionAsPrompt()
 
     def _write(self, prompt: str, n: int, *, delimiter: str, max_new_tokens: int,
                temperature: float, top_p: float, seed: int) -> list[StepOutput | str]:  # fmt: skip

@@ -3,7 +3,6 @@ into an `AIMessage` with `tool_calls` / `invalid_tool_calls`."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -98,7 +97,3 @@ def finish_reason(parsed: ParsedMessage, ended: str | None) -> str:
     if ended == "length":
         return "length"
     return "tool_calls" if parsed.calls else "stop"
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True)

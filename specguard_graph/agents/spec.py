@@ -51,6 +51,11 @@ def forced_prefix(tool_choice: str | None, calls: str = "json") -> str:
     return '<tool_call>\n{"name": ' + json.dumps(tool_choice) + ', "arguments": '
 
 
+def _parse(doc: Mapping[str, Any], text: str) -> ParsedMessage:
+    fmt = doc.get("calls", "json")
+    return parse_calls(forced_prefix(doc.get("tool_choice"), fmt) + text, fmt)
+
+
 @dataclass(frozen=True)
 class ChatSteps:
     """A whole assistant message per step (no delimiter: it ends at EOS or its token budget)."""
@@ -73,15 +78,16 @@ class ChatSteps:
         return True  # one message, one step
 
     def parse(self, question: str, text: str) -> ParsedMessage:
-        doc = read_question(question)
-        fmt = doc.get("calls", "json")
-        return parse_calls(forced_prefix(doc.get("tool_choice"), fmt) + text, fmt)
+        return _parse(read_question(question), text)
 
-    def check(self, question: str, text: str) -> str | None:
-        """Why this message goes to the target whatever its score (None: its calls are valid)."""
+    def check(self, question: str, text: str, *, ended: str | None = None) -> str | None:
+        """Why this message goes to the target whatever its score (None: its calls are valid
+        and it is finished; `ended` "length": it was cut at its token budget)."""
         doc = read_question(question)
-        return check_calls(self.parse(question, text), doc.get("tools") or [],
-                           doc.get("tool_choice"))  # fmt: skip
+        why = check_calls(_parse(doc, text), doc.get("tools") or [], doc.get("tool_choice"))
+        if why is None and ended == "length":
+            why = "the message was cut at its token budget"
+        return why
 
     def vote_key(self, question: str, text: str) -> str:
         """Equal for two candidates that make the same calls (any order) or say the same text."""

@@ -169,14 +169,13 @@ def problems(dataset: str) -> list[dict[str, str]]:
     return [c[i] for i in range(max(map(len, columns), default=0)) for c in columns if i < len(c)]
 
 
-def decode(question: str, text: str) -> list[dict[str, Any]]:
+def decode(text: str, *, native: bool) -> list[dict[str, Any]]:
     """The calls as BFCL's checker reads them, `[{name: {arg: value}}]`; raises when BFCL's
     prompting decoder cannot read the text. Native calls are the chat model's parsed calls (what
     an agent would run; BFCL's Qwen FC handler likewise drops blocks that do not parse)."""
     from ..agents.calls import parse_calls
-    from ..agents.spec import read_question
 
-    if read_question(question).get("calls") == "json":
+    if native:
         return [{c["name"]: c["arguments"]} for c in parse_calls(text, "json").calls]
     return bfcl().handler.default_decode_ast_prompting(text)
 
@@ -187,9 +186,10 @@ def grade(gold: str, question: str, text: str) -> dict[str, Any]:
 
     b, g = bfcl(), json.loads(gold)
     category = g["category"]
-    model = NATIVE if read_question(question).get("calls") == "json" else PROMPTING
+    native = read_question(question).get("calls") == "json"
+    model = NATIVE if native else PROMPTING
     try:
-        decoded = decode(question, text)
+        decoded = decode(text, native=native)
     except Exception as e:  # BFCL's runner: any decoder failure is "no valid call"
         decoded, failed = None, f"ast_decoder:decoder_failed ({type(e).__name__})"
     else:

@@ -91,12 +91,6 @@ def gsm_symbolic(size: int = 50, seed: int = 0) -> list[Problem]:
     ]
 
 
-def is_bfcl(name: str | None) -> bool:
-    from .bfcl import is_bfcl as bfcl_name
-
-    return bfcl_name(name)
-
-
 DATASETS = {"gsm8k": gsm8k_100, "gsm-symbolic": gsm_symbolic, "champ": champ}
 
 

@@ -167,7 +167,9 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
                               "ending in /v1")  # fmt: skip
         sd_target = ServedStepModel(models["sd_target"])
     steps = None
-    if bench_data.is_bfcl(dataset):
+    from ..bench.bfcl import is_bfcl
+
+    if is_bfcl(dataset):
         from ..agents.spec import ChatSteps
 
         steps = ChatSteps()

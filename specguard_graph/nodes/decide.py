@@ -54,9 +54,7 @@ def decide(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -
     check = getattr(deps.spec, "check", None)  # e.g. tool calls against their schemas
     if check is not None:
         chosen = state["candidates"][state["selected"]]
-        why = check(state["question"], chosen["text"])
-        if why is None and chosen.get("ended") == "length":  # one message, and it is unfinished
-            why = "the message was cut at its token budget"
+        why = check(state["question"], chosen["text"], ended=chosen.get("ended"))
         decision["checked"] = why or "ok"
         if why:
             decision.update(accepted=False, reason=why)
