@@ -363,6 +363,19 @@ def test_the_summary_says_whether_a_method_reaches_the_goal_region():
     assert goal_markdown([slow_exact]) == ""
 
 
+def test_bfcl_runs_are_judged_by_their_own_latency_bound():
+    from specguard_graph.bench.report import goal_markdown, goal_ratio
+
+    gsm8k = {"target": {"1": {"correct": True}}}
+    bfcl = {"target": {"1": {"correct": True, "bfcl": {"valid": True, "error_type": None}}}}
+    assert (goal_ratio(gsm8k), goal_ratio(bfcl)) == (0.75, 0.70)
+    rows = [{"method": "target", "accuracy": 0.5, "latency_ratio": 1.0},
+            {"method": "specguard", "accuracy": 0.5, "latency_ratio": 0.72}]  # fmt: skip
+    assert "**Reached**" in goal_markdown(rows, goal_ratio(gsm8k))
+    verdict = goal_markdown(rows, goal_ratio(bfcl))
+    assert "at ≤ 0.7× the target's median latency. **Not reached.**" in verdict
+
+
 def test_the_machine_line_names_the_kernels_and_whether_they_were_forced(monkeypatch):
     from specguard_graph.machine import describe
 
