@@ -1,0 +1,139 @@
+"""Lossless fallback: the target verifies a rejected step instead of rewriting it.
+
+A rejected draft candidate is still the best guess of what the target would write: the pair
+agrees on most greedy tokens. So the target checks it a few tokens per forward and keeps the
+prefix it agrees with; from the first disagreement the draft proposes a few tokens at a time
+and the target checks each proposal in one forward (token-level speculative decoding, to the
+step's end). The step that comes out is the one `LocalCausalLM.sample(n=1, temperature=0)`
+writes, token for token and log-prob for log-prob, because a token scores the same inside a
+chunk as fed alone on the row-invariant CPU formats (`numerics.row_invariant`); on other
+formats a chunk rounds differently, and `can_verify` says no.
+
+Three proposals per forward: the CPU int8 kernel works on blocks of four rows, so a forward
+of four tokens costs about what one of one token does (`models/lookup.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .base import PrefixCache, Sample
+from .decoding import DelimiterWatch, cut_step, token_logprobs
+from .hf import LocalCausalLM
+from .lookup import _accepted
+from .numerics import row_invariant
+
+PROPOSE = 3
+
+
+@dataclass
+class Verification:
+    """What the verifier spent and kept: `kept` candidate tokens the target agreed with (a
+    signal of how close the rejected step was), `drafted` of `proposed` draft tokens accepted
+    after that, in `forwards` target forwards."""
+
+    kept: int
+    candidate: int
+    drafted: int
+    proposed: int
+    forwards: int
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+def can_verify(target: object, draft: object | None = None) -> bool:
+    """Verification is exact only on a local, row-invariant target; draft proposals also need
+    a local draft with the target's token ids (else the candidate alone is checked)."""
+    if not isinstance(target, LocalCausalLM) or not row_invariant(target.model):
+        return False
+    return draft is None or isinstance(draft, LocalCausalLM)
+
+
+@torch.inference_mode()
+def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int) -> list[int]:
+    """The draft's `k` greedy tokens after its context plus `after`; its cache keeps them, and
+    its next call crops what the context does not hold (`catch_up`'s common prefix)."""
+    work = PrefixCache(ids=[*pc.ids, *after], cache=pc.cache, cache_ids=pc.cache_ids)
+    out: list[int] = []
+    with draft.lock:
+        draft.catch_up(work)
+        last = work.ids[-1]
+        for _ in range(k):
+            x = torch.tensor([[last]], device=draft.device)
+            logits = draft.model(input_ids=x, cache=work.cache, use_cache=True).logits[0, -1]
+            work.cache_ids = [*work.cache_ids, last]
+            last = int(torch.nan_to_num(logits.float(), nan=0.0).argmax())
+            out.append(last)
+    pc.cache, pc.cache_ids = work.cache, work.cache_ids
+    pc.prefill_tokens += work.prefill_tokens
+    pc.decode_tokens += len(out)
+    return out
+
+
+@torch.inference_mode()
+def verify_greedy(
+    target: LocalCausalLM,
+    pc: PrefixCache,
+    *,
+    candidate: Sequence[int],
+    delimiter: str,
+    max_new_tokens: int,
+    draft: LocalCausalLM | None = None,
+    draft_pc: PrefixCache | None = None,
+    k: int = PROPOSE,
+) -> tuple[Sample, Verification]:
+    """The target's greedy step after `pc.ids`, checked against `candidate` (token ids in the
+    target's vocabulary) and then against `draft`'s proposals; returns it as a one-row
+    `Sample` for `target.adopt`, exactly as `target.sample(pc, n=1, temperature=0.0,
+    fork=False)` would, and what verifying it cost."""
+    if k < 1:
+        raise ValueError("k (proposals per forward) must be >= 1")
+    if (draft is None) != (draft_pc is None):
+        raise ValueError("draft and draft_pc come together")
+    target._check_window(pc, max_new_tokens)
+    eos, watch = set(target.eos_ids), DelimiterWatch(target.piece, delimiter, 1)
+    gen: list[int] = []
+    lps: list[torch.Tensor] = []
+    stats = Verification(0, len(candidate), 0, 0, 0)
+    on_candidate, done = True, False
+    with target.lock:
+        target.catch_up(pc)
+        while not done:
+            room = max_new_tokens - len(gen) - 1
+            if on_candidate and len(gen) < len(candidate):
+                prop = list(candidate[len(gen) : len(gen) + min(k, room)])
+            else:
+                on_candidate = False
+                prop = propose(draft, draft_pc, gen, min(k, room)) if draft and room else []
+                stats.proposed += len(prop)
+            x = torch.tensor([[(pc.ids + gen)[-1], *prop]], device=target.device)
+            logits = target.model(input_ids=x, cache=pc.cache, use_cache=True).logits[0]
+            logits = logits.float()
+            stats.forwards += 1
+            best = torch.nan_to_num(logits, nan=0.0).argmax(-1)  # as decoding.decode
+            new = _accepted(prop, best.tolist(), eos)
+            for i, tok in enumerate(new):  # the stops `decode` applies, token by token
+                gen.append(tok)
+                if tok in eos or watch.seen(0, tok) or len(gen) >= max_new_tokens:
+                    new, done = new[: i + 1], True
+                    break
+            agreed = next((i for i, (a, b) in enumerate(zip(new, prop)) if a != b),
+                          min(len(new), len(prop)))  # fmt: skip
+            if not on_candidate:
+                stats.drafted += agreed
+            elif gen != list(candidate[: len(gen)]):  # the target left the candidate
+                on_candidate = False
+            lps.append(token_logprobs(logits[: len(new)], torch.tensor(new)))
+            pc.cache.crop(len(new) - 1 - len(prop))  # KV of the accepted proposals only
+    pc.decode_tokens += len(gen)
+    stats.kept = next((i for i, (a, b) in enumerate(zip(gen, candidate)) if a != b),
+                      min(len(gen), len(candidate)))  # fmt: skip
+    cache_ids = [*pc.ids, *gen[:-1]]
+    pc.cache_ids = cache_ids
+    cand = cut_step(gen, delimiter, target.eos_ids, target.decode, torch.cat(lps))
+    sample = Sample([cand], len(pc.ids), pc.cache, [cache_ids], None)
+    return sample, stats

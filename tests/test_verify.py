@@ -1,0 +1,86 @@
+"""The verifying fallback writes the target's own greedy step, whatever it is handed."""
+
+import copy
+
+import pytest
+
+from specguard_graph.models import numerics
+from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.verify import can_verify, verify_greedy
+from specguard_graph.steps import NEVER, ReasoningSteps
+from specguard_graph.testing import tiny_lm
+
+SPEC = ReasoningSteps()
+QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in all?"
+
+
+@pytest.fixture(scope="module")
+def base() -> LocalCausalLM:
+    return tiny_lm(layers=4, hidden=128, heads=4, seed=2, init_range=0.3)  # varied greedy text
+
+
+def formatted(lm: LocalCausalLM, fmt: str) -> LocalCausalLM:
+    return LocalCausalLM(numerics.apply(copy.deepcopy(lm.model), fmt, "cpu"), lm.tokenizer)
+
+
+def rewrite(lm: LocalCausalLM, prompt: str, delimiter: str, budget: int):
+    pc = lm.new_prefix(prompt)
+    s = lm.sample(pc, n=1, delimiter=delimiter, max_new_tokens=budget, temperature=0.0,
+                  fork=False)  # fmt: skip
+    lm.adopt(pc, s, 0)
+    return s.candidates[0], pc
+
+
+@pytest.mark.parametrize("delimiter, budget", [("\n\n", 40), (NEVER, 40), (NEVER, 7)])
+def test_the_verified_step_is_the_targets_own_token_for_token(base, delimiter, budget):
+    target = formatted(base, "int8")
+    other = formatted(tiny_lm(layers=2, hidden=64, heads=4, seed=9), "int8")
+    prompt = SPEC.render_prompt(QUESTION, target.tokenizer)
+    want, want_pc = rewrite(target, prompt, delimiter, budget)
+    ids = want.token_ids
+    assert len(ids) >= 5
+    bent = [*ids[:4], (ids[4] + 1) % len(target.tokenizer), *ids[5:]]
+    candidates = {"its own": (ids, len(ids)), "wrong at 4": (bent, 4), "none": ([], 0),
+                  "noise": ([7, 8, 9] * 5, None)}  # fmt: skip
+    for name, (cand, kept) in candidates.items():
+        for draft in (None, target, other):  # proposals all right, mostly wrong, or none
+            pc = target.new_prefix(prompt)
+            dpc = None if draft is None else draft.new_prefix(prompt)
+            sample, stats = verify_greedy(target, pc, candidate=cand, delimiter=delimiter,
+                                          max_new_tokens=budget, draft=draft, draft_pc=dpc)  # fmt: skip
+            got = sample.candidates[0]
+            assert (got.token_ids, got.text, got.ended) == (ids, want.text, want.ended), name
+            assert got.token_logprobs == want.token_logprobs, name  # bit for bit
+            if kept is not None:
+                assert stats.kept == kept, name
+            target.adopt(pc, sample, 0)
+            assert (pc.ids, pc.cache_ids) == (want_pc.ids, want_pc.cache_ids)
+            after = target.sample(pc, n=1, delimiter=NEVER, max_new_tokens=6, temperature=0.0)
+            again = target.sample(copy.deepcopy(want_pc), n=1, delimiter=NEVER,
+                                  max_new_tokens=6, temperature=0.0)  # fmt: skip
+            assert after.candidates[0].token_ids == again.candidates[0].token_ids, name
+
+
+def test_right_proposals_save_forwards_and_are_counted(base):
+    target = formatted(base, "int8")
+    prompt = SPEC.render_prompt(QUESTION, target.tokenizer)
+    want, _ = rewrite(target, prompt, NEVER, 40)
+    n = len(want.token_ids)
+    _, own = verify_greedy(target, target.new_prefix(prompt), candidate=want.token_ids,
+                           delimiter=NEVER, max_new_tokens=40)  # fmt: skip
+    assert own.kept == n and own.forwards <= -(-n // 4) + 1
+    _, sd = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
+                          max_new_tokens=40, draft=target, draft_pc=target.new_prefix(prompt))  # fmt: skip
+    assert sd.kept == 0 and sd.drafted == sd.proposed > 0 and sd.forwards < n / 2
+    _, alone = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
+                             max_new_tokens=40)  # fmt: skip
+    assert alone.forwards == n and alone.proposed == 0
+
+
+def test_only_a_local_row_invariant_target_verifies(base):
+    assert can_verify(formatted(base, "int8")) and can_verify(formatted(base, "int8x2"))
+    assert not can_verify(base)  # float32: a chunk rounds differently from one token
+    assert not can_verify(object())
+    with pytest.raises(ValueError, match="proposals per forward"):
+        verify_greedy(formatted(base, "int8"), base.new_prefix("x"), candidate=[],
+                      delimiter=NEVER, max_new_tokens=4, k=0)  # fmt: skip
