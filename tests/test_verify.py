@@ -46,8 +46,8 @@ def test_the_verified_step_is_the_targets_own_token_for_token(base, delimiter, b
         for draft in (None, target, other):  # proposals all right, mostly wrong, or none
             pc = target.new_prefix(prompt)
             dpc = None if draft is None else draft.new_prefix(prompt)
-            sample, stats = verify_greedy(target, pc, candidate=cand, delimiter=delimiter,
-                                          max_new_tokens=budget, draft=draft, draft_pc=dpc)  # fmt: skip
+            kw = {"delimiter": delimiter, "max_new_tokens": budget, "draft": draft}
+            sample, stats = verify_greedy(target, pc, candidate=cand, draft_pc=dpc, **kw)
             got = sample.candidates[0]
             assert (got.token_ids, got.text, got.ended) == (ids, want.text, want.ended), name
             assert got.token_logprobs == want.token_logprobs, name  # bit for bit
@@ -70,7 +70,8 @@ def test_right_proposals_save_forwards_and_are_counted(base):
                            delimiter=NEVER, max_new_tokens=40)  # fmt: skip
     assert own.kept == n and own.forwards <= -(-n // 4) + 1
     _, sd = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
-                          max_new_tokens=40, draft=target, draft_pc=target.new_prefix(prompt))  # fmt: skip
+                          max_new_tokens=40, draft=target,
+                          draft_pc=target.new_prefix(prompt))  # fmt: skip
     assert sd.kept == 0 and sd.drafted == sd.proposed > 0 and sd.forwards < n / 2
     _, alone = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
                              max_new_tokens=40)  # fmt: skip

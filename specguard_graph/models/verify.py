@@ -121,7 +121,7 @@ def verify_greedy(
                 if tok in eos or watch.seen(0, tok) or len(gen) >= max_new_tokens:
                     new, done = new[: i + 1], True
                     break
-            agreed = next((i for i, (a, b) in enumerate(zip(new, prop)) if a != b),
+            agreed = next((i for i, (a, b) in enumerate(zip(new, prop, strict=False)) if a != b),
                           min(len(new), len(prop)))  # fmt: skip
             if not on_candidate:
                 stats.drafted += agreed
@@ -130,7 +130,7 @@ def verify_greedy(
             lps.append(token_logprobs(logits[: len(new)], torch.tensor(new)))
             pc.cache.crop(len(new) - 1 - len(prop))  # KV of the accepted proposals only
     pc.decode_tokens += len(gen)
-    stats.kept = next((i for i, (a, b) in enumerate(zip(gen, candidate)) if a != b),
+    stats.kept = next((i for i, (a, b) in enumerate(zip(gen, candidate, strict=False)) if a != b),
                       min(len(gen), len(candidate)))  # fmt: skip
     cache_ids = [*pc.ids, *gen[:-1]]
     pc.cache_ids = cache_ids
