@@ -68,6 +68,12 @@ class SpecGuardConfig(BaseModel):
         description="any steps: a draft step that states an equation that does not hold "
         "(`48 / 2 = 25`, LaTeX included) is recomputed by the target, whatever its score",
     )
+    fallback: Literal["verify", "rewrite"] = Field(
+        "verify",
+        description="a rejected step: the target verifies the draft's candidate and goes on as "
+        "speculative decoding (the same text, fewer target forwards; a local row-invariant "
+        "target) or rewrites it token by token (any backend; used where verify cannot run)",
+    )
     interrupt_on_reject: bool = Field(
         False,
         description="pause on a rejected draft step; resume with accept, recompute or an edit",

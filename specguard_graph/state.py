@@ -54,6 +54,8 @@ class StepRecord(TypedDict, total=False):
     observation: dict[str, Any]  # a `tool` step: the program's real stdout, error, status, time
     dropped: str | None  # what the step wrote after closing its program (`ProgramSteps.trim`)
     checked: str  # the spec's check of the selected draft candidate: "ok" or why it failed
+    fallback: Literal["verify", "rewrite"]  # a target step: how the target wrote it
+    verified: dict[str, int]  # verify: candidate tokens kept, draft tokens accepted, forwards
 
 
 class Decision(TypedDict, total=False):

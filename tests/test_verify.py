@@ -85,3 +85,32 @@ def test_only_a_local_row_invariant_target_verifies(base):
     with pytest.raises(ValueError, match="proposals per forward"):
         verify_greedy(formatted(base, "int8"), base.new_prefix("x"), candidate=[],
                       delimiter=NEVER, max_new_tokens=4, k=0)  # fmt: skip
+
+
+def _run(draft, target, embedder, **cfg):
+    from specguard_graph import SpecGuardConfig, build_graph
+
+    config = SpecGuardConfig.make(k=1, temperature=0.0, max_steps=3, max_step_tokens=16,
+                                  seed=1, tau=1.0, **cfg)  # fmt: skip
+    graph = build_graph(draft, target, embedder=embedder, config=config).compile()
+    return graph.invoke({"question": QUESTION})
+
+
+def test_a_rejected_step_is_verified_and_reads_as_the_rewrite(tiny):
+    draft, target = formatted(tiny.draft, "int8"), formatted(tiny.target, "int8")
+    verify = _run(draft, target, tiny.embedder)
+    rewrite = _run(draft, target, tiny.embedder, fallback="rewrite")
+    assert verify["text"] == rewrite["text"] and len(verify["steps"]) == 3
+    for v, r in zip(verify["steps"], rewrite["steps"], strict=True):
+        assert (v["source"], v["fallback"], r["fallback"]) == ("target", "verify", "rewrite")
+        assert v["text"] == r["text"] and "verified" not in r
+        assert set(v["verified"]) == {"kept", "candidate", "drafted", "proposed", "forwards"}
+    # a draft that is the target: every rejected candidate is kept whole, in few forwards
+    same = _run(target, target, tiny.embedder)
+    for s in same["steps"]:
+        v = s["verified"]
+        assert v["kept"] == v["candidate"] == s["tokens"]
+        assert v["forwards"] <= -(-s["tokens"] // 4) + 1
+    # float32 weights cannot verify exactly: the target rewrites, and says so
+    f32 = _run(tiny.draft, tiny.target, tiny.embedder)
+    assert {s["fallback"] for s in f32["steps"]} == {"rewrite"}

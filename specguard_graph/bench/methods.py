@@ -123,7 +123,8 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int,
 # what a bench record keeps of each step: enough to label steps and study the signals offline
 STEP_RECORD = ("index", "text", "source", "accepted", "cut", "ended", "grounding", "logprob",
                "score", "reason", "tokens", "time_s", "spent", "fed", "selected", "draft_text",
-               "candidate_signals", "observation", "dropped", "checked")  # fmt: skip
+               "candidate_signals", "observation", "dropped", "checked", "fallback",
+               "verified")  # fmt: skip
 _GRAPHS: dict[tuple[int, int, int, str], Any] = {}  # one compiled graph per build-time config
 
 

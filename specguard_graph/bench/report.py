@@ -196,7 +196,6 @@ def goal_markdown(rows: list[dict[str, Any]], ratio: float | None = None) -> str
     from .plots import GOAL_POINTS, GOAL_RATIO
 
     ratio = ratio or GOAL_RATIO
-
     target = next((r for r in rows if r["method"] == "target"), None)
     if target is None:
         return ""

@@ -110,30 +110,38 @@ def verify_greedy(
                 on_candidate = False
                 prop = propose(draft, draft_pc, gen, min(k, room)) if draft and room else []
                 stats.proposed += len(prop)
-            x = torch.tensor([[(pc.ids + gen)[-1], *prop]], device=target.device)
-            logits = target.model(input_ids=x, cache=pc.cache, use_cache=True).logits[0]
-            logits = logits.float()
+            logits, new = _check(target, pc, [*pc.ids, *gen][-1], prop, eos)
             stats.forwards += 1
-            best = torch.nan_to_num(logits, nan=0.0).argmax(-1)  # as decoding.decode
-            new = _accepted(prop, best.tolist(), eos)
             for i, tok in enumerate(new):  # the stops `decode` applies, token by token
                 gen.append(tok)
                 if tok in eos or watch.seen(0, tok) or len(gen) >= max_new_tokens:
                     new, done = new[: i + 1], True
                     break
-            agreed = next((i for i, (a, b) in enumerate(zip(new, prop, strict=False)) if a != b),
-                          min(len(new), len(prop)))  # fmt: skip
             if not on_candidate:
-                stats.drafted += agreed
+                stats.drafted += _common(new, prop)
             elif gen != list(candidate[: len(gen)]):  # the target left the candidate
                 on_candidate = False
             lps.append(token_logprobs(logits[: len(new)], torch.tensor(new)))
             pc.cache.crop(len(new) - 1 - len(prop))  # KV of the accepted proposals only
     pc.decode_tokens += len(gen)
-    stats.kept = next((i for i, (a, b) in enumerate(zip(gen, candidate, strict=False)) if a != b),
-                      min(len(gen), len(candidate)))  # fmt: skip
+    stats.kept = _common(gen, candidate)
     cache_ids = [*pc.ids, *gen[:-1]]
     pc.cache_ids = cache_ids
     cand = cut_step(gen, delimiter, target.eos_ids, target.decode, torch.cat(lps))
-    sample = Sample([cand], len(pc.ids), pc.cache, [cache_ids], None)
-    return sample, stats
+    return Sample([cand], len(pc.ids), pc.cache, [cache_ids], None), stats
+
+
+def _check(target: LocalCausalLM, pc: PrefixCache, last: int, prop: list[int], eos: set[int]
+           ) -> tuple[torch.Tensor, list[int]]:  # fmt: skip
+    """One target forward over `last` and the proposals: its float32 logits, and the greedy
+    tokens it yields (the proposals it agrees with, then its own next token)."""
+    x = torch.tensor([[last, *prop]], device=target.device)
+    logits = target.model(input_ids=x, cache=pc.cache, use_cache=True).logits[0].float()
+    best = torch.nan_to_num(logits, nan=0.0).argmax(-1)  # as decoding.decode
+    return logits, _accepted(prop, best.tolist(), eos)
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the common prefix of `a` and `b`."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))  # fmt: skip

@@ -29,6 +29,7 @@ def finish_step(
     ended: str,
     tokens: int,
     dropped: str | None = None,
+    verified: dict[str, int] | None = None,
 ) -> Update:
     """Record a step (with the selected draft candidate's signals) and append it; when it
     ends the run, also the text, answer and status."""
@@ -53,6 +54,9 @@ def finish_step(
         record["draft_text"] = state["candidates"][sel]["text"]
     if dropped is not None:  # ProgramSteps.trim: never shown to either model
         record["dropped"] = dropped
+    if source == "target":  # how the target wrote it: verified the candidate, or rewrote it
+        record.update({"fallback": "verify", "verified": verified} if verified else
+                      {"fallback": "rewrite"})  # fmt: skip
     if "checked" in decision:  # the spec's check of the draft candidate (tool-call schemas)
         record["checked"] = decision["checked"]
     record["fed"] = session.fed_since_step_start()

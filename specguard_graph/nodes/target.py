@@ -1,32 +1,46 @@
-"""target_recompute: the target writes the whole step from the same accepted prefix."""
+"""target_recompute: the target writes the whole step from the same accepted prefix.
+
+By default it verifies rather than rewrites (`models/verify.py`): the rejected candidate is
+checked a few tokens per forward, the prefix the target agrees with is kept, and the draft's
+proposals carry the step on from the first disagreement. The text is the same either way (the
+target's greedy step); only the forwards differ. Backends that cannot verify exactly (served
+models, user callables, float32 weights) rewrite, and each step record says which was used."""
 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from langgraph.runtime import Runtime
 
 from ..context import RunContext
+from ..models.hf import LocalCausalLM
+from ..models.verify import can_verify, verify_greedy
 from ..state import SpecGuardState, add_numbers
 from ..steps import separator
 from .commit import finish_step
 from .common import Deps, Update, remaining_tokens, step_index, token_texts
 from .program import kept_tokens, trim_step
 
+if TYPE_CHECKING:
+    from ..models.base import Sample
+    from ..models.verify import Verification
+    from ..runtime import RunSession
+
 
 def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
     t0 = time.perf_counter()
     cfg = deps.run_config(runtime)
     session = deps.sessions.get(state)
-    sample = deps.target.sample(
-        session.target,
-        n=1,
-        delimiter=deps.spec.delimiter,
-        max_new_tokens=min(cfg.max_step_tokens, remaining_tokens(state, cfg)),
-        temperature=0.0,
-        seed=cfg.seed + step_index(state),
-        fork=False,
-    )
+    budget = min(cfg.max_step_tokens, remaining_tokens(state, cfg))
+    verified = None
+    if cfg.fallback == "verify" and can_verify(deps.target):
+        sample, stats = _verify(deps, state, session, budget)
+        verified = stats.as_dict()
+    else:
+        sample = deps.target.sample(session.target, n=1, delimiter=deps.spec.delimiter,
+                                    max_new_tokens=budget, temperature=0.0,
+                                    seed=cfg.seed + step_index(state), fork=False)  # fmt: skip
     cand = sample.candidates[0]
     deps.target.adopt(session.target, sample, 0)
     text, ended, dropped, tokens = cand.text, cand.ended, None, cand.n_tokens
@@ -43,7 +57,23 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     elapsed = time.perf_counter() - t0
     session.spent["target_s"] = elapsed
     update = finish_step(deps, runtime, state, session, text=text, source="target", ended=ended,
-                         tokens=tokens, dropped=dropped)  # fmt: skip
+                         tokens=tokens, dropped=dropped, verified=verified)  # fmt: skip
     update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})
     update["counts"] = add_numbers(update["counts"], {"target_tokens": cand.n_tokens})
     return update
+
+
+def _verify(deps: Deps, state: SpecGuardState, session: RunSession, budget: int
+            ) -> tuple[Sample, Verification]:  # fmt: skip
+    """The target's step, verified against the rejected candidate (its token ids where the
+    vocabularies match, else its text re-encoded) and then against the draft's proposals."""
+    sample, index = session.sample, step_index(state)
+    candidate: list[int] = []
+    if sample is not None and session.sample_step == index and "selected" in state:
+        chosen = sample.candidates[state["selected"]]
+        candidate = chosen.token_ids if deps.shared_vocab else deps.target.encode(chosen.text)
+    local = isinstance(deps.draft, LocalCausalLM) and deps.shared_vocab
+    return verify_greedy(deps.target, session.target, candidate=candidate,  # type: ignore[arg-type]
+                         delimiter=deps.spec.delimiter, max_new_tokens=budget,
+                         draft=deps.draft if local else None,  # type: ignore[arg-type]
+                         draft_pc=session.draft if local else None)  # fmt: skip
