@@ -139,15 +139,16 @@ def test_bench_command_on_tiny_models(tmp_path, model_args):
     cfg.write_text(json.dumps({"k": 2, "max_steps": 2, "max_step_tokens": 8}))
     out = tmp_path / "out"
     args = ["bench", "--data", str(data), "--out", str(out), "--config", str(cfg),
-            "--max-tokens", "16", "--methods", "target,draft,sd,rsd,specguard-greedy,specguard",
+            "--max-tokens", "16",
+            "--methods", "target,draft,sd,sd-verify,rsd,specguard-greedy,specguard",
             *model_args]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     summary = (out / "summary.md").read_text()
-    for m in ("target", "draft", "sd", "rsd", "specguard-greedy", "specguard"):
+    for m in ("target", "draft", "sd", "sd-verify", "rsd", "specguard-greedy", "specguard"):
         assert f"| {m} | 2 |" in summary
         assert len((out / f"{m}.jsonl").read_text().splitlines()) == 2
-    assert f"CPU kernels of the compared records: {cpu_capability()} 12." in summary
+    assert f"CPU kernels of the compared records: {cpu_capability()} 14." in summary
     assert "exact McNemar" in summary and "| target | " in summary.split("McNemar")[1]
     assert (out / "accuracy_vs_latency.png").stat().st_size > 1000
     (out / "summary.md").unlink()

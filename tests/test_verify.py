@@ -114,3 +114,20 @@ def test_a_rejected_step_is_verified_and_reads_as_the_rewrite(tiny):
     # float32 weights cannot verify exactly: the target rewrites, and says so
     f32 = _run(tiny.draft, tiny.target, tiny.embedder)
     assert {s["fallback"] for s in f32["steps"]} == {"rewrite"}
+
+
+def test_the_projects_own_sd_writes_the_targets_text(tiny, base):
+    from specguard_graph import ConfigError, SpecGuardConfig
+    from specguard_graph.bench import methods
+
+    draft, target = formatted(tiny.draft, "int8"), formatted(tiny.target, "int8")
+    make = lambda name, d=draft: methods.make(name, d, target, None, SpecGuardConfig(), 48)  # noqa: E731
+    for question in (QUESTION, "What is 2 + 3?"):
+        want, got = make("target")(question), make("sd-verify")(question)
+        assert (got["text"], got["tokens"]) == (want["text"], want["tokens"])
+        assert got["verified"]["proposed"] > 0
+    other = tiny_lm(layers=2, hidden=64, heads=4, seed=9)
+    other.tokenizer = copy.copy(other.tokenizer)
+    other.vocab = lambda: {"only": 0}  # a draft whose tokens are not the target's
+    with pytest.raises(ConfigError, match="target's vocabulary"):
+        make("sd-verify", other)

@@ -1,7 +1,9 @@
 """The compared methods, all on the same models and prompts.
 
 target / draft: one model alone, greedy. sd: token-level speculative decoding, transformers'
-assisted generation with the draft as assistant (output equals the target's greedy).
+assisted generation with the draft as assistant (output equals the target's greedy), kept as
+the reference. sd-verify: the project's own, on the verifier SpecGuard's fallback uses
+(`models/verify.py`): three draft tokens per target forward, exact on the int8 formats.
 rsd: step-level reward-guided decoding with the target as a one-prefill judge (rsd.py).
 specguard*: the graph with the paper's settings or an ablation. A SpecGuard method name may
 carry config overrides after "@", joined by "+": `specguard-greedy@tau=0.55+max_step_tokens=96`
@@ -45,7 +47,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "target-program": {"k": 1, "temperature": 0.0, "tau": 0.0},
     "draft-program": {"k": 1, "temperature": 0.0, "tau": 0.0},
 }
-PLAIN = ("target", "draft", "sd", "rsd")
+PLAIN = ("target", "draft", "sd", "sd-verify", "rsd")
 METHODS = (*PLAIN, *ABLATIONS)
 
 
@@ -120,6 +122,29 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int,
     return solve
 
 
+def verified_sd(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int,
+                spec: StepSpec = SPEC) -> Solve:  # fmt: skip
+    from ..models.base import shared_vocab
+    from ..models.verify import verify_greedy
+
+    if not (isinstance(target, LocalCausalLM) and isinstance(draft, LocalCausalLM)):
+        raise ConfigError("sd-verify needs local draft and target models")
+    if not shared_vocab(draft, target):
+        raise ConfigError("sd-verify needs a draft with the target's vocabulary")
+
+    def solve(question: str) -> dict[str, Any]:
+        pcs = [m.new_prefix(spec.render_prompt(question, m.tokenizer)) for m in (target, draft)]
+        t0 = time.perf_counter()
+        s, stats = verify_greedy(target, pcs[0], candidate=[], delimiter=NEVER, draft=draft,
+                                 max_new_tokens=max_tokens, draft_pc=pcs[1])  # fmt: skip
+        text = s.candidates[0].text
+        return {"text": text, "answer": spec.extract_answer(text),
+                "latency_s": time.perf_counter() - t0, "tokens": s.candidates[0].n_tokens,
+                "verified": stats.as_dict()}  # fmt: skip
+
+    return solve
+
+
 # what a bench record keeps of each step: enough to label steps and study the signals offline
 STEP_RECORD = ("index", "text", "source", "accepted", "cut", "ended", "grounding", "logprob",
                "score", "reason", "tokens", "time_s", "spent", "fed", "selected", "draft_text",
@@ -179,6 +204,8 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
                 "URL (e.g. `specguard models serve target --speculative`)"
             )
         return assisted(target, draft, max_tokens, spec)
+    if name == "sd-verify":
+        return verified_sd(target, draft, max_tokens, spec)
     if steps is not None and name not in ABLATIONS and "@" not in name:
         raise ConfigError(f"{name} does not run {steps.name} steps")
     if name == "rsd":

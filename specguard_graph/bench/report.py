@@ -139,7 +139,7 @@ def paired_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-LOSSLESS = ("sd",)  # methods whose text must equal the target's greedy text
+LOSSLESS = ("sd", "sd-verify")  # methods whose text must equal the target's greedy text
 
 
 def lossless_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
