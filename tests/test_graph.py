@@ -298,3 +298,20 @@ def test_resuming_a_paused_step_emits_no_event_twice(tiny):
     steps = [e["index"] for e in events if e["event"] == "step"]
     assert decisions == [0, 1] and steps == [0, 1]
     assert "ask" not in events[[e["event"] for e in events].index("decision")]
+
+
+def test_beta_one_captures_no_attention_and_scores_no_grounding(tiny, monkeypatch):
+    seen = []
+    sample = type(tiny.draft).sample
+
+    def spy(self, pc, **kw):
+        seen.append(kw.get("capture_layers"))
+        return sample(self, pc, **kw)
+
+    monkeypatch.setattr(type(tiny.draft), "sample", spy)
+    out = run(tiny, beta=1.0, tau=0.0)
+    assert seen and all(not layers for layers in seen)
+    assert all(s["grounding"] is None and s["source"] == "draft" for s in out["steps"])
+    seen.clear()
+    run(tiny, beta=0.3, tau=0.0)
+    assert any(layers for layers in seen)  # the paper's mix captures as it samples

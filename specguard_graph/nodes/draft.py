@@ -25,9 +25,9 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
         session.spent = {}
     # adaptive: one candidate first; the other k - 1 only if decide asks to widen
     n = cfg.k - 1 if widen else (1 if cfg.adaptive_band is not None else cfg.k)
-    capture = (
-        deps.draft.capture_layers(cfg.grounding_layers) if cfg.signal_model == "draft" else None
-    )
+    # attention is captured only where grounding counts: beta = 1 scores on log-probs alone
+    needed = cfg.signal_model == "draft" and cfg.beta < 1.0
+    capture = deps.draft.capture_layers(cfg.grounding_layers) if needed else None
     sample = deps.draft.sample(
         session.draft,
         n=n,

@@ -37,6 +37,9 @@ def _grounding(sample: Sample, row: int, cand: dict[str, Any], sparsify: float) 
 @timed("verify_s")
 def score_grounding(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
     cfg = deps.run_config(runtime)
+    if cfg.beta >= 1.0:  # grounding has no weight: nothing was captured, nothing is scored
+        emit("grounding", step=step_index(state), grounding=None)
+        return {"grounding": None, "grounding_error": None}
     session = deps.sessions.get(state)
     sel = state["selected"]
     sample = captured_sample(cfg, state, session)
