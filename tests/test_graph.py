@@ -315,3 +315,20 @@ def test_beta_one_captures_no_attention_and_scores_no_grounding(tiny, monkeypatc
     seen.clear()
     run(tiny, beta=0.3, tau=0.0)
     assert any(layers for layers in seen)  # the paper's mix captures as it samples
+
+
+def test_beta_one_scores_a_step_on_the_target_without_attention(tiny, monkeypatch):
+    seen = []
+    score = type(tiny.target).score
+
+    def spy(self, pc, ids, layers):
+        seen.append(layers)
+        return score(self, pc, ids, layers)
+
+    monkeypatch.setattr(type(tiny.target), "score", spy)
+    out = run(tiny, beta=1.0, tau=0.0, signal_model="target")
+    assert seen and all(not layers for layers in seen)
+    assert all(s["logprob"] is not None for s in out["steps"] if s["tokens"] > 1)
+    seen.clear()
+    run(tiny, beta=0.3, tau=0.0, signal_model="target")
+    assert any(layers for layers in seen)

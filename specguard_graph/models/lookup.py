@@ -63,7 +63,7 @@ def greedy(lm: LocalCausalLM, pc: PrefixCache, *, max_new_tokens: int, index: Ng
     Proposals come from `index` (the problem's records and earlier continuations) and, where it
     has no match, from this sequence's own context and tokens so far. The generated tokens join
     `index` at the end, so the next continuation can be proposed from this one."""
-    model, eos = lm.model, set(lm.eos_ids)
+    eos = set(lm.eos_ids)
     with lm.lock:
         lm.catch_up(pc)
         seq = list(pc.ids)
@@ -73,11 +73,8 @@ def greedy(lm: LocalCausalLM, pc: PrefixCache, *, max_new_tokens: int, index: Ng
         while len(seq) - start < max_new_tokens:
             k = min(propose, max_new_tokens - (len(seq) - start) - 1)
             prop = index.propose(seq, k) or own.propose(seq, k)
-            x = torch.tensor([[seq[-1], *prop]], device=lm.device)
-            logits = model(input_ids=x, cache=pc.cache, use_cache=True).logits[0].float()
+            _, new = check_proposals(lm, pc, seq[-1], prop, eos)
             forwards += 1
-            best = torch.nan_to_num(logits, nan=0.0).argmax(-1).tolist()  # as decoding.decode
-            new = _accepted(prop, best, eos)
             pc.cache.crop(len(new) - 1 - len(prop))  # keep the KV of the accepted proposals
             seq.extend(new)
             own.add(seq, len(seq) - len(new))
@@ -85,6 +82,17 @@ def greedy(lm: LocalCausalLM, pc: PrefixCache, *, max_new_tokens: int, index: Ng
                 break
     index.add(seq, start)
     return seq[start:], forwards
+
+
+def check_proposals(lm: LocalCausalLM, pc: PrefixCache, last: int, prop: list[int],
+                    eos: set[int]) -> tuple[torch.Tensor, list[int]]:  # fmt: skip
+    """One forward over `last` and the proposals on `pc`'s cache: its float32 logits, and the
+    greedy tokens it yields (the proposals greedy agrees with, then greedy's own next token).
+    The cache then holds all of them; the caller crops what was not accepted."""
+    x = torch.tensor([[last, *prop]], device=lm.device)
+    logits = lm.model(input_ids=x, cache=pc.cache, use_cache=True).logits[0].float()
+    best = torch.nan_to_num(logits, nan=0.0).argmax(-1).tolist()  # as decoding.decode
+    return logits, _accepted(prop, best, eos)
 
 
 def _accepted(prop: list[int], best: list[int], eos: set[int]) -> list[int]:

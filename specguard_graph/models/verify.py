@@ -22,8 +22,8 @@ import torch
 
 from .base import PrefixCache, Sample
 from .decoding import DelimiterWatch, cut_step, token_logprobs
-from .hf import LocalCausalLM
-from .lookup import _accepted
+from .hf import LocalCausalLM, _common_prefix
+from .lookup import check_proposals
 from .numerics import row_invariant
 
 PROPOSE = 3
@@ -45,12 +45,10 @@ class Verification:
         return dict(self.__dict__)
 
 
-def can_verify(target: object, draft: object | None = None) -> bool:
-    """Verification is exact only on a local, row-invariant target; draft proposals also need
-    a local draft with the target's token ids (else the candidate alone is checked)."""
-    if not isinstance(target, LocalCausalLM) or not row_invariant(target.model):
-        return False
-    return draft is None or isinstance(draft, LocalCausalLM)
+def can_verify(target: object) -> bool:
+    """Verification is exact only on a local, row-invariant target (draft proposals need a
+    local draft with the target's token ids too; without one the candidate alone is checked)."""
+    return isinstance(target, LocalCausalLM) and row_invariant(target.model)
 
 
 @torch.inference_mode()
@@ -110,7 +108,8 @@ def verify_greedy(
                 on_candidate = False
                 prop = propose(draft, draft_pc, gen, min(k, room)) if draft and room else []
                 stats.proposed += len(prop)
-            logits, new = _check(target, pc, [*pc.ids, *gen][-1], prop, eos)
+            last = gen[-1] if gen else pc.ids[-1]
+            logits, new = check_proposals(target, pc, last, prop, eos)
             stats.forwards += 1
             for i, tok in enumerate(new):  # the stops `decode` applies, token by token
                 gen.append(tok)
@@ -118,30 +117,14 @@ def verify_greedy(
                     new, done = new[: i + 1], True
                     break
             if not on_candidate:
-                stats.drafted += _common(new, prop)
+                stats.drafted += _common_prefix(new, prop)
             elif gen != list(candidate[: len(gen)]):  # the target left the candidate
                 on_candidate = False
             lps.append(token_logprobs(logits[: len(new)], torch.tensor(new)))
             pc.cache.crop(len(new) - 1 - len(prop))  # KV of the accepted proposals only
     pc.decode_tokens += len(gen)
-    stats.kept = _common(gen, candidate)
+    stats.kept = _common_prefix(gen, candidate)
     cache_ids = [*pc.ids, *gen[:-1]]
     pc.cache_ids = cache_ids
     cand = cut_step(gen, delimiter, target.eos_ids, target.decode, torch.cat(lps))
     return Sample([cand], len(pc.ids), pc.cache, [cache_ids], None), stats
-
-
-def _check(target: LocalCausalLM, pc: PrefixCache, last: int, prop: list[int], eos: set[int]
-           ) -> tuple[torch.Tensor, list[int]]:  # fmt: skip
-    """One target forward over `last` and the proposals: its float32 logits, and the greedy
-    tokens it yields (the proposals it agrees with, then its own next token)."""
-    x = torch.tensor([[last, *prop]], device=target.device)
-    logits = target.model(input_ids=x, cache=pc.cache, use_cache=True).logits[0].float()
-    best = torch.nan_to_num(logits, nan=0.0).argmax(-1)  # as decoding.decode
-    return logits, _accepted(prop, best.tolist(), eos)
-
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the common prefix of `a` and `b`."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
-                min(len(a), len(b)))  # fmt: skip

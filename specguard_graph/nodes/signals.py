@@ -45,7 +45,9 @@ def scored_signals(
             return [], [], len(pc.ids)
         prefix = len(pc.ids)
         try:
-            lps, atts = model.score(pc, ids, model.capture_layers(cfg.grounding_layers))
+            # attention only where grounding counts: beta = 1 scores on log-probs alone
+            layers = model.capture_layers(cfg.grounding_layers) if cfg.beta < 1.0 else frozenset()
+            lps, atts = model.score(pc, ids, layers)
         except NotImplementedError:  # a callable backend cannot re-score a lost sample
             return [], [], prefix
         return lps, atts, prefix
