@@ -49,8 +49,10 @@ def check_models(
     if cfg.signal_model == "target" and not target.can_score:
         raise ConfigError(
             f'signal_model="target" needs a target that scores given steps, such as a local '
-            f"Hugging Face target ({target.name} cannot)"
+            f"Hugging Face target or a vLLM-served one ({target.name} cannot)"
         )
+    if cfg.signal_model == "target" and not target.has_attentions and cfg.beta < 1:
+        raise ConfigError(f"{target.name} gives no attentions: set beta=1 (log-probs only)")
     if cfg.signal_model != "draft":
         return
     if not draft.has_logprobs and not draft.has_attentions:

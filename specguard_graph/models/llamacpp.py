@@ -10,21 +10,12 @@ waits until `/health` answers; `specguard models serve` runs one in the foregrou
 from __future__ import annotations
 
 import argparse
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import IO
 
 from ..errors import ModelLoadError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from .child_server import ChildServer, free_port
 
 
 def serve_forever(gguf: Path, *, port: int, host: str = "127.0.0.1", draft: Path | None = None,
@@ -57,60 +48,22 @@ def serve_forever(gguf: Path, *, port: int, host: str = "127.0.0.1", draft: Path
         time.sleep(3600)
 
 
-class LlamaServer:
+class LlamaServer(ChildServer):
     """`with LlamaServer(gguf) as url:` a served model at `url` (…/v1) until the block ends."""
+
+    engine = "llama.cpp"
 
     def __init__(self, gguf: Path, *, draft: Path | None = None, threads: int = 2,
                  parallel: int = 4, ctx: int = 4096, port: int | None = None,
                  start_timeout: float = 180.0):  # fmt: skip
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        args = [str(gguf), "--port", str(self.port), "--threads", str(threads),
+        port = port or free_port()
+        args = [str(gguf), "--port", str(port), "--threads", str(threads),
                 "--parallel", str(parallel), "--ctx", str(ctx)]  # fmt: skip
         if draft is not None:
             args += ["--draft", str(draft)]
-        self.args, self.start_timeout = args, start_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log: IO[bytes] | None = None
-
-    def __enter__(self) -> str:
-        import httpx
-
-        # llama.cpp logs a lot: to a file (a pipe nobody drains would stall the server)
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__, *self.args],
-                                     stdout=subprocess.DEVNULL, stderr=self.log)  # fmt: skip
-        health = self.url.removesuffix("/v1") + "/health"
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                tail = self.log.read().decode(errors="replace").strip().splitlines()[-1:]
-                self.__exit__()
-                raise ModelLoadError(
-                    f"the llama.cpp server exited while starting: {(tail or ['no output'])[0]}"
-                )
-            try:
-                if httpx.get(health, timeout=2).status_code == 200:
-                    return self.url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.__exit__()
-        raise ModelLoadError(f"the llama.cpp server did not start in {self.start_timeout:g} s")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-        if self.log is not None:
-            self.log.close()
-            self.log = None
+        self.args = args
+        super().__init__([sys.executable, "-m", __name__, *args], port=port,
+                         start_timeout=start_timeout)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 from ..errors import InputError, ModelLoadError
 from ..steps import separator
-from .base import Candidate
+from .base import Candidate, PrefixCache
 from .callable import CallableStepModel, StepOutput
+from .served_logprobs import parse, probe, split
+from .served_template import server_template
 
 SERVED_PREFIXES = ("http://", "https://")
 
@@ -28,27 +33,6 @@ def is_served(path: object) -> bool:
         and path.startswith(SERVED_PREFIXES)
         and (path.rstrip("/").endswith("/v1"))
     )
-
-
-def _token_logprobs(logprobs: Any) -> tuple[list[float], list[str]] | None:
-    """(log-probs, token texts) from classic completions log-probs (vLLM, SGLang:
-    `token_logprobs`, `tokens`) or llama.cpp's chat-style `content` list."""
-    if logprobs is None:
-        return None
-    data = logprobs if isinstance(logprobs, dict) else logprobs.model_dump()
-    if data.get("token_logprobs") is not None:
-        pairs = zip(
-            data["token_logprobs"],
-            data.get("tokens") or [None] * len(data["token_logprobs"]),
-            strict=False,
-        )
-        kept = [(float(x), str(t)) for x, t in pairs if x is not None]
-        return [x for x, _ in kept], [t for _, t in kept]
-    if data.get("content") is not None:
-        return [float(t["logprob"]) for t in data["content"]], [
-            str(t.get("token")) for t in data["content"]
-        ]
-    return None
 
 
 def _ended(choice: Any, tokens: list[str]) -> str:
@@ -66,57 +50,6 @@ def _ended(choice: Any, tokens: list[str]) -> str:
     return "delimiter"
 
 
-class ServerTemplate:
-    """The chat template a server publishes (llama.cpp's /props), rendered with jinja2 the way
-    transformers renders one, so prompts match the local model's."""
-
-    def __init__(self, template: str, bos: str = "", eos: str = ""):
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = _raise
-        env.filters["tojson"] = _tojson  # transformers' own: no HTML escaping, keys in order
-        self.chat_template = template
-        self._template: jinja2.Template = env.from_string(template)
-        self.bos_token, self.eos_token = bos, eos
-
-    def apply_chat_template(self, messages: list[dict[str, str]], *, tokenize: bool = False,
-                            add_generation_prompt: bool = True, **kw: Any) -> str:  # fmt: skip
-        return self._template.render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token, eos_token=self.eos_token, tools=kw.get("tools"),
-        )  # fmt: skip
-
-
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: Any = None, sort_keys: bool = False) -> str:  # fmt: skip
-    import json
-
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)  # fmt: skip
-
-
-def _raise(message: str) -> None:
-    raise InputError(f"chat template: {message}")
-
-
-def server_template(base_url: str, timeout: float = 10.0) -> ServerTemplate | None:
-    """llama.cpp's published chat template, if the server has one (vLLM and SGLang do not
-    publish it on a completions route: pass `tokenizer=` instead)."""
-    import httpx
-
-    try:
-        props = httpx.get(base_url.rstrip("/").removesuffix("/v1") + "/props", timeout=timeout)
-        data = props.json() if props.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
-        return None
-    template = data.get("chat_template") if isinstance(data, dict) else None
-    if not template:
-        return None
-    return ServerTemplate(template, data.get("bos_token") or "", data.get("eos_token") or "")
-
-
 class ServedStepModel(CallableStepModel):
     """Steps from a served model. `model` defaults to the first id in the server's /v1/models;
     the API key comes from `api_key`, OPENAI_API_KEY or SPECGUARD_API_KEY."""
@@ -132,6 +65,7 @@ class ServedStepModel(CallableStepModel):
         retries: int = 2,
         http_client: Any = None,
         extra_body: dict[str, Any] | None = None,
+        prompt_logprobs: bool | None = None,
     ):
         import openai
 
@@ -141,10 +75,11 @@ class ServedStepModel(CallableStepModel):
                                     timeout=timeout, max_retries=retries,
                                     http_client=http_client)  # fmt: skip
         self.extra_body = extra_body  # engine-specific request fields (`repeatable`)
+        self.prompt_logprobs = prompt_logprobs
         self.model = model or self._served_model()
+        template = tokenizer or server_template(self.base_url, self.model)
         super().__init__(self._never, name=f"{self.model} @ {self.base_url}", has_logprobs=True,
-                         has_attentions=False,
-                         tokenizer=tokenizer or server_template(self.base_url))  # fmt: skip
+                         has_attentions=False, tokenizer=template)  # fmt: skip
 
     @staticmethod
     def _never(*args: Any, **kw: Any) -> list[str]:  # pragma: no cover - `_write` replaces it
@@ -178,6 +113,9 @@ class ServedStepModel(CallableStepModel):
 
     def _write(self, prompt: str, n: int, *, delimiter: str, max_new_tokens: int,
                temperature: float, top_p: float, seed: int) -> list[StepOutput | str]:  # fmt: skip
+        if temperature == 0.0 and n > 1:  # greedy: k samples are one (vLLM refuses n > 1)
+            return self._write(prompt, 1, delimiter=delimiter, max_new_tokens=max_new_tokens,
+                               temperature=0.0, top_p=top_p, seed=seed) * n  # fmt: skip
         r = self._call(
             self.client.completions.create, model=self.model, prompt=prompt, n=n,
             stop=[delimiter], max_tokens=max_new_tokens, temperature=temperature,
@@ -185,15 +123,35 @@ class ServedStepModel(CallableStepModel):
         )  # fmt: skip
         if len(r.choices) != n:  # an engine that ignores `n` (or caps it)
             raise ModelLoadError(f"{self.name}: {len(r.choices)} completions for n={n}")
-        out: list[StepOutput | str] = []
-        for choice in sorted(r.choices, key=lambda c: c.index):
-            got = _token_logprobs(choice.logprobs)
-            if got is None:
-                raise ModelLoadError(f"{self.name}: the response carries no log-probs")
-            lps, tokens = got
-            out.append(StepOutput(text=choice.text, token_logprobs=lps, token_texts=tokens,
-                                  ended=_ended(choice, tokens)))  # fmt: skip
-        return out
+        return [self._output(choice) for choice in sorted(r.choices, key=lambda c: c.index)]
+
+    def _output(self, choice: Any) -> StepOutput:
+        got = parse(choice.logprobs)
+        if got is None:
+            raise ModelLoadError(f"{self.name}: the response carries no log-probs")
+        ended = _ended(choice, got.texts)
+        own = got.within(choice.text, ended)
+        return StepOutput(text=choice.text, token_logprobs=own.logprobs, token_texts=own.texts,
+                          ended=ended)  # fmt: skip
+
+    @property
+    def can_score(self) -> bool:  # type: ignore[override]
+        """A given step is scored by one request where the engine gives prompt log-probs
+        (`prompt_logprobs=None`: asked once, on first use)."""
+        if self.prompt_logprobs is None:
+            self.prompt_logprobs = probe(self)
+        return self.prompt_logprobs
+
+    def score(self, pc: PrefixCache, step_ids: Sequence[int], capture_layers: frozenset[int]
+              ) -> tuple[list[float], list[torch.Tensor]]:  # fmt: skip
+        """Log-probs of a given step after the context, from one `echo` request (no attention:
+        engines return none)."""
+        if not self.can_score:
+            raise NotImplementedError(f"{self.name} gives no prompt log-probs")
+        if capture_layers:
+            raise NotImplementedError(f"{self.name} returns no attention")
+        whole, ctx = split(self, self.decode(pc.ids), self.decode(step_ids))
+        return [float(x) for x in whole.after(len(ctx)).logprobs if x is not None], []
 
     def _candidate(self, o: StepOutput, delimiter: str, max_new_tokens: int) -> Candidate:
         """The server already stopped at the delimiter or at `max_tokens` of its own tokens:

@@ -47,7 +47,12 @@ class Verification:
 
 def can_verify(target: object) -> bool:
     """Verification is exact only on a local, row-invariant target (draft proposals need a
-    local draft with the target's token ids too; without one the candidate alone is checked)."""
+    local draft with the target's token ids too; without one the candidate alone is checked),
+    or on a served one whose engine gives prompt log-probs (`served_verify.py`)."""
+    from .served import ServedStepModel
+
+    if isinstance(target, ServedStepModel):
+        return target.can_score
     return isinstance(target, LocalCausalLM) and row_invariant(target.model)
 
 

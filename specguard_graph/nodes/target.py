@@ -3,8 +3,10 @@
 By default it verifies rather than rewrites (`models/verify.py`): the rejected candidate is
 checked a few tokens per forward, the prefix the target agrees with is kept, and the draft's
 proposals carry the step on from the first disagreement. The text is the same either way (the
-target's greedy step); only the forwards differ. Backends that cannot verify exactly (served
-models, user callables, float32 weights) rewrite, and each step record says which was used."""
+target's greedy step); only the forwards differ. A served target whose engine gives prompt
+log-probs (vLLM) checks the candidate in one request (`models/served_verify.py`). Backends that
+cannot verify (llama.cpp's server, user callables, float32 weights) rewrite, and each step
+record says which was used."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from langgraph.runtime import Runtime
 
 from ..context import RunContext
 from ..models.hf import LocalCausalLM
+from ..models.served import ServedStepModel
+from ..models.served_verify import verify_served
 from ..models.verify import can_verify, verify_greedy
 from ..state import SpecGuardState, add_numbers
 from ..steps import separator
@@ -69,9 +73,14 @@ def _verify(deps: Deps, state: SpecGuardState, session: RunSession, budget: int
     vocabularies match, else its text re-encoded) and then against the draft's proposals."""
     sample, index = session.sample, step_index(state)
     candidate: list[int] = []
+    text = ""
     if sample is not None and session.sample_step == index and "selected" in state:
         chosen = sample.candidates[state["selected"]]
+        text = chosen.text
         candidate = chosen.token_ids if deps.shared_vocab else deps.target.encode(chosen.text)
+    if isinstance(deps.target, ServedStepModel):  # one echo request checks the candidate
+        return verify_served(deps.target, session.target, candidate=text,
+                             delimiter=deps.spec.delimiter, max_new_tokens=budget)  # fmt: skip
     local = isinstance(deps.draft, LocalCausalLM) and deps.shared_vocab
     return verify_greedy(deps.target, session.target, candidate=candidate,  # type: ignore[arg-type]
                          delimiter=deps.spec.delimiter, max_new_tokens=budget,
