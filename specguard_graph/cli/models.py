@@ -64,10 +64,18 @@ class Role(StrEnum):
     target = "target"
 
 
+class Engine(StrEnum):
+    llamacpp = "llama.cpp"
+    vllm = "vllm"
+
+
 @models_app.command("serve")
 def models_serve(
     role: Annotated[Role, typer.Argument(help="which embedded model to serve")],
     port: Annotated[int, typer.Option(help="port on 127.0.0.1 (the URL is …/v1)")] = 8080,
+    engine: Annotated[
+        Engine, typer.Option(help="llama.cpp (the GGUF) or vllm (the model directory; `make vllm`)")
+    ] = Engine.llamacpp,
     speculative: Annotated[
         bool,
         typer.Option(help="target only: llama.cpp's own speculative decoding, the draft inside"),
@@ -76,23 +84,45 @@ def models_serve(
     parallel: Annotated[int, typer.Option(min=1, help="slots: concurrent requests/samples")] = 4,
     ctx: Annotated[int, typer.Option(min=256, help="context tokens per slot")] = 4096,
 ) -> None:
-    """Serve an embedded model's GGUF with llama.cpp (xllamacpp) until interrupted."""
-    from ..models.install import gguf_path
-    from ..models.llamacpp import serve_forever
-    from ..models.registry import DEFAULTS
-
+    """Serve an embedded model with llama.cpp (xllamacpp) or vLLM until interrupted."""
     try:
-        if speculative and role is not Role.target:
-            raise ConfigError("--speculative serves the target with the draft inside it")
-        gguf = gguf_path(DEFAULTS[role.value])
-        draft = gguf_path(DEFAULTS["draft"]) if speculative else None
-        for path in (gguf, draft):
-            if path is not None and not path.exists():
-                raise ModelLoadError(f"{path} is missing: run `specguard models install`")
-        err.print(f"serving {gguf.name} at http://127.0.0.1:{port}/v1"
-                  + (f" (draft {draft.name} inside)" if draft else ""), markup=False)  # fmt: skip
-        serve_forever(gguf, port=port, draft=draft, threads=threads, parallel=parallel, ctx=ctx)
+        if engine is Engine.vllm:
+            _serve_vllm(role, port, speculative, ctx)
+            return
+        _serve_llamacpp(role, port, speculative, threads, parallel, ctx)
     except SpecGuardError as exc:
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
         pass
+
+
+def _serve_vllm(role: Role, port: int, speculative: bool, ctx: int) -> None:
+    from ..models.registry import model_dir
+    from ..models.vllm import serve_forever, vllm_command
+
+    if speculative:
+        raise ConfigError("--speculative is llama.cpp's; vLLM serves one model here")
+    path = model_dir(role.value)
+    if not path.is_dir():
+        raise ModelLoadError(f"{path} is missing: run `specguard models install`")
+    cmd = vllm_command(path, port=port, max_model_len=ctx)
+    err.print(f"serving {path.name} with vLLM at http://127.0.0.1:{port}/v1", markup=False)
+    serve_forever(cmd)
+
+
+def _serve_llamacpp(role: Role, port: int, speculative: bool, threads: int, parallel: int,
+                    ctx: int) -> None:  # fmt: skip
+    from ..models.install import gguf_path
+    from ..models.llamacpp import serve_forever
+    from ..models.registry import DEFAULTS
+
+    if speculative and role is not Role.target:
+        raise ConfigError("--speculative serves the target with the draft inside it")
+    gguf = gguf_path(DEFAULTS[role.value])
+    draft = gguf_path(DEFAULTS["draft"]) if speculative else None
+    for path in (gguf, draft):
+        if path is not None and not path.exists():
+            raise ModelLoadError(f"{path} is missing: run `specguard models install`")
+    err.print(f"serving {gguf.name} at http://127.0.0.1:{port}/v1"
+              + (f" (draft {draft.name} inside)" if draft else ""), markup=False)  # fmt: skip
+    serve_forever(gguf, port=port, draft=draft, threads=threads, parallel=parallel, ctx=ctx)

@@ -4,6 +4,8 @@ llama.cpp's server (`xllamacpp`). The graph's workers then hold no weights.
 The context passes as text (the rendered prompt plus the accepted steps), k candidates come
 from one request (`n = k`, `stop = [delimiter]`), with each token's log-probability. Engines
 return no attention, so the signal is the log-prob one (`beta = 1`), or a local scorer's.
+Where the engine gives prompt log-probs (vLLM), the model also scores a given step and, as a
+target, verifies a rejected one (`served_logprobs.py`, `served_verify.py`).
 Which engine gives what: docs/design.md, "Served models".
 """
 

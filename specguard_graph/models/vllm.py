@@ -32,14 +32,17 @@ def vllm_command(model_dir: Path, *, port: int, host: str = "127.0.0.1", name: s
         raise ModelLoadError(f"{model_dir}: not a model directory (no config.json)")
     return [str(venv / "bin" / "vllm"), "serve", str(model_dir), "--host", host,
             "--port", str(port), "--dtype", "bfloat16", "--max-model-len", str(max_model_len),
-            "--enforce-eager", "--served-model-name", name or Path(model_dir).name,
-            "--disable-log-stats"]  # fmt: skip
+            "--enforce-eager", "--served-model-name", name or Path(model_dir).name]  # fmt: skip
 
 
 def vllm_env(kv_cache_gb: int = 2) -> dict[str, str]:
-    return {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb),
-            "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-            "VLLM_LOGGING_LEVEL": "WARNING"}  # fmt: skip
+    env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb),
+           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    if (os.cpu_count() or 1) <= 2 and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ:
+        # vLLM keeps a core for its scheduler: on 2 cores that halves the model's threads
+        # (0.5B greedy: 5.4 -> 9.2 tokens/s with none reserved, measured here)
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+    return env
 
 
 class VllmServer(ChildServer):
@@ -57,8 +60,6 @@ class VllmServer(ChildServer):
         super().__init__(cmd, port=port, start_timeout=start_timeout, env=vllm_env(kv_cache_gb))
 
 
-def serve_forever(model_dir: Path, *, port: int, host: str = "127.0.0.1",
-                  max_model_len: int = 2048, kv_cache_gb: int = 2) -> None:  # fmt: skip
-    """Run vLLM in the foreground (it replaces this process) until it is interrupted."""
-    cmd = vllm_command(model_dir, port=port, host=host, max_model_len=max_model_len)
+def serve_forever(cmd: list[str], kv_cache_gb: int = 2) -> None:
+    """Run `vllm_command`'s server in the foreground (it replaces this process)."""
     os.execve(cmd[0], cmd, {**os.environ, **vllm_env(kv_cache_gb)})
