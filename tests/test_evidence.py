@@ -307,6 +307,23 @@ def test_step_position_is_a_baseline_that_exposes_a_label_tracking_position():
     assert judge.startswith("1.00 ") and "(8/12)" in judge
 
 
+def test_the_share_of_a_rejected_step_the_target_kept_is_a_signal_of_rejected_steps_only():
+    """Verified steps say how much of the rejected candidate the target agreed with; accepted
+    steps (no `verified`) and empty candidates carry no value for it."""
+    from specguard_graph.evidence.report import table
+
+    def step(kept: int | None, arith_ok: bool) -> tuple:
+        verified = None if kept is None else {"kept": kept, "candidate": 10}
+        text = "2 + 2 = 4" if arith_ok else "2 + 2 = 5"
+        return {"verified": verified}, {"text": text}, True
+
+    rows = [step(9, True), step(8, True), step(1, False), step(2, False), step(None, False),
+            ({"verified": {"kept": 0, "candidate": 0}}, {"text": "2 + 2 = 5"}, True)]  # fmt: skip
+    md, _ = table([("p0", rows), ("p1", rows)], draws=100)
+    row = next(x for x in md.splitlines() if x.startswith("| target kept (share, rejected"))
+    assert row.split(" | ")[1].startswith("1.00 ") and "(4/4)" in row.split(" | ")[1]
+
+
 def test_refusing_false_arithmetic_ranks_steps_with_a_wrong_equation_last():
     """Known answer: a step that states a false equation hurts whatever its score; the rule
     that refuses it ranks those steps below all others, the score alone does not."""

@@ -23,6 +23,8 @@ SIGNALS: dict[str, Callable[[Step, dict[str, Any]], float | None]] = {
     "target log-prob min": lambda s, c: c.get("target_logprob_min"),
     "target log-prob mean": lambda s, c: c.get("target_logprob_mean"),
     "step length (−tokens)": lambda s, c: -float(c.get("tokens") or 0),
+    # a rejected step only: how much of it the verifying target agreed with (docs/design.md)
+    "target kept (share, rejected steps)": lambda s, c: _kept_share(s),
     "no code": lambda s, c: float(not labels.contains_code(c.get("text", ""))),
     # a label that only tracks how far into the solution a step is (the judge rates partial
     # solutions low) shows up here, and a signal that merely tracks position cannot beat it
@@ -41,6 +43,11 @@ LABELS: dict[str, Callable[[Step, dict[str, Any], bool], bool | None]] = {
     ),
     "problem ends right": lambda s, c, right: right,
 }
+
+
+def _kept_share(s: Step) -> float | None:
+    v = s.get("verified")
+    return v["kept"] / v["candidate"] if v and v.get("candidate") else None
 
 
 def units(
