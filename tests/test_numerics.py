@@ -61,7 +61,7 @@ def test_int8_weights_are_per_channel_and_close_to_float32(base):
     w = lin.weight.detach()
     # the scale is a bfloat16 value (applied exactly by the kernel), one per output channel
     assert q.scale.dtype == torch.bfloat16 and q.scale.shape == (w.shape[0],)
-    assert int(q.weight_int8.abs().max()) <= 127
+    assert int(q.int8_weight().abs().max()) <= 127
     err = (q.dequantized() - w).abs().amax(dim=1)
     assert torch.all(err <= q.scale.float() / 2 + 1e-7)  # rounding, never clipping
     x = torch.randn(3, w.shape[1])

@@ -2,10 +2,12 @@
 
 `int8` (the CPU default) stores each Linear's weight as int8 with one scale per output channel
 and keeps everything else (embeddings, norms, attention, the residual stream) in float32. Its
-matmul rounds the activation row to bfloat16 and runs torch's weight-only int8 kernel, which
-reduces each output element the same way whatever the number of rows: a token scores the same
-fed alone, in a chunk, or as one of k candidate rows. The scales are rounded *up* to bfloat16
-values before quantising, so the kernel applies them exactly and no channel is biased.
+matmul runs the project's own kernel (`int8_kernel`: float32 activations, each output summed in
+one fixed order) or, where that cannot run, torch's weight-only int8 kernel on bfloat16
+activations; both reduce each output element the same way whatever the number of rows: a token
+scores the same fed alone, in a chunk, or as one of k candidate rows. The scales are rounded
+*up* to bfloat16 values before quantising, so either kernel applies them exactly and no channel
+is biased.
 
 `dynamic-int8` (torch's `quantize_dynamic`) is kept only as an explicit opt-in: it quantises the
 activations with one scale for all rows of a forward, so its output depends on what else is in
@@ -20,6 +22,8 @@ from typing import Literal
 
 import torch
 from torch import nn
+
+from . import int8_kernel
 
 Quantize = Literal["auto", "none", "int8", "int8x2", "dynamic-int8"]
 QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "none", "int8", "int8x2", "dynamic-int8")
@@ -52,27 +56,52 @@ class Int8WeightOnlyLinear(nn.Module):
             qs.append(q)
             scales.append(scale)
             w = w - q.to(torch.float32) * scale.to(torch.float32)[:, None]
-        self.register_buffer("weight_int8", torch.cat(qs).contiguous())
-        self.register_buffer("scale", torch.cat(scales))
+        q, scale = torch.cat(qs).contiguous(), torch.cat(scales)
+        self.register_buffer("scale", scale)  # bfloat16: exact in both kernels
+        self._kernel = int8_kernel.current()
+        if self._kernel is None:  # torch's kernel: [rows, in] int8, bfloat16 activations
+            self.register_buffer("weight_int8", q)
+        else:  # ours: rows padded to whole 64-row blocks, packed k-major, float32 scales
+            pad = -q.shape[0] % int8_kernel.BLOCK
+            q = torch.cat([q, q.new_zeros(pad, q.shape[1])])
+            self.register_buffer("weight_blocks", self._kernel.pack(q))
+            scale32 = torch.cat([scale.to(torch.float32), scale.new_zeros(pad).float()])
+            self.register_buffer("scale32", scale32, persistent=False)
         bias = linear.bias
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        y = torch._weight_int8pack_mm(rows, self.weight_int8, self.scale).to(x.dtype)
+        rows = x.reshape(-1, self.in_features)
+        n = self.terms * self.out_features
+        if self._kernel is None:
+            y = torch._weight_int8pack_mm(rows.to(torch.bfloat16), self.weight_int8, self.scale)
+            y = y.to(x.dtype)
+        else:
+            y = self._kernel.mm(rows.to(torch.float32), self.weight_blocks, self.scale32)
+            y = (y if y.shape[1] == n else y[:, :n]).to(x.dtype)
         if self.terms == 2:
             y = y[:, : self.out_features] + y[:, self.out_features :]
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
+    def int8_weight(self) -> torch.Tensor:
+        """The stored int8 matrix, [terms * out_features, in_features], whichever kernel."""
+        if self._kernel is None:
+            return self.weight_int8
+        w = self.weight_blocks.transpose(1, 2).reshape(-1, self.in_features)
+        return w[: self.terms * self.out_features]
+
     def dequantized(self) -> torch.Tensor:
         """The weight this layer computes with, in float32 (for tests and fidelity checks)."""
-        w = self.weight_int8.to(torch.float32) * self.scale.to(torch.float32)[:, None]
+        w = self.int8_weight().to(torch.float32) * self.scale.to(torch.float32)[:, None]
         return w.reshape(self.terms, self.out_features, self.in_features).sum(0)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, " + (
-            "int8 weight" if self.terms == 1 else "int8 weight + int8 residual"
+        kernel = "torch kernel" if self._kernel is None else "specguard kernel"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            + ("int8 weight" if self.terms == 1 else "int8 weight + int8 residual")
+            + f", {kernel}"
         )
 
 

@@ -1,0 +1,192 @@
+// Weight-only int8 matmul for the CPU whose every output is one fixed sum, whatever the rows.
+//
+// y[m, n] = scale[n] * sum_k x[m, k] * q[n, k], with x in float32 and q in int8. Each output
+// element is accumulated by fused multiply-adds in k order 0, 1, ..., K-1, starting from 0, and
+// multiplied by its scale once at the end. Register tiles, cache blocks, the dequantised weight
+// buffer of the many-row path and the threads only choose *which* outputs are computed
+// together, never the order of one output's sum, so a token's row is bit for bit the same fed
+// alone, in a chunk of hundreds, or as one of k sampled rows; and the same on AVX2 and AVX-512
+// machines (this file uses AVX2 + FMA only).
+//
+// Weights are packed in blocks of 64 output channels, k-major: block b holds q[64b + j, k] at
+// [b][k][j], so one k step of a block is one 64-byte cache line and a one-row decode streams
+// each block front to back.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kBlock = 64;    // output channels per packed block (one cache line per k)
+constexpr int64_t kSub = 16;      // output channels per register tile column (two vectors)
+constexpr int64_t kKBlock = 256;  // k per cache block of the many-row path
+constexpr int64_t kMBlock = 120;  // rows per cache block of the many-row path
+constexpr int64_t kManyRows = 12; // from this many rows on, dequantise a weight block once
+constexpr int64_t kAhead = PREFETCH;   // k steps (cache lines) a decode prefetches ahead
+constexpr int64_t kMR = 6;        // rows per register tile of the many-row path
+
+inline __m256 widen(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+
+// MR rows x NP sub-columns of 16 (within one block) over k in [k0, k0 + kc), int8 weights read
+// straight from the packed block (stride 64 per k). acc starts at 0 on the first k block, is
+// read back from y otherwise, and is scaled on the last.
+template <int MR, int NP>
+inline void tile_q(const float* x, int64_t ldx, const int8_t* w, int64_t k0, int64_t kc,
+                   float* y, int64_t ldy, const float* scale, bool first, bool last) {
+  __m256 acc[MR][2 * NP];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2 * NP; ++h)
+      acc[r][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy + 8 * h);
+  for (int64_t k = k0; k < k0 + kc; ++k) {
+    const int8_t* wk = w + k * kBlock;
+    _mm_prefetch((const char*)(wk + kAhead * kBlock), _MM_HINT_T0);
+    for (int p = 0; p < NP; ++p) {
+      const __m256 w0 = widen(wk + p * kSub), w1 = widen(wk + p * kSub + 8);
+      for (int r = 0; r < MR; ++r) {
+        const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+        acc[r][2 * p] = _mm256_fmadd_ps(a, w0, acc[r][2 * p]);
+        acc[r][2 * p + 1] = _mm256_fmadd_ps(a, w1, acc[r][2 * p + 1]);
+      }
+    }
+  }
+  for (int h = 0; h < 2 * NP; ++h) {
+    const __m256 s = _mm256_loadu_ps(scale + 8 * h);
+    for (int r = 0; r < MR; ++r)
+      _mm256_storeu_ps(y + r * ldy + 8 * h, last ? _mm256_mul_ps(acc[r][h], s) : acc[r][h]);
+  }
+}
+
+// The same sum with the weights already widened to float32: wf holds kc x 16 for one sub-column.
+template <int MR>
+inline void tile_f(const float* xa, const float* wf, int64_t kc,
+                   float* y, int64_t ldy, const float* scale, bool first, bool last) {
+  __m256 acc[MR][2];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2; ++h)
+      acc[r][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy + 8 * h);
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 w0 = _mm256_load_ps(wf + k * kSub), w1 = _mm256_load_ps(wf + k * kSub + 8);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(xa + k * kMR + r);
+      acc[r][0] = _mm256_fmadd_ps(a, w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, w1, acc[r][1]);
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    const __m256 s = _mm256_loadu_ps(scale + 8 * h);
+    for (int r = 0; r < MR; ++r)
+      _mm256_storeu_ps(y + r * ldy + 8 * h, last ? _mm256_mul_ps(acc[r][h], s) : acc[r][h]);
+  }
+}
+
+// Few rows (decode, k sampled rows, a verification forward): blocks [b0, b1), whole k per block
+// so each block streams from memory once.
+template <int MR, int NP>
+void few(const float* x, int64_t K, const int8_t* w, float* y, int64_t N, const float* scale,
+         int64_t b0, int64_t b1) {
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t j = 0; j < kBlock; j += NP * kSub)
+      tile_q<MR, NP>(x, K, w + b * K * kBlock + j, 0, K, y + b * kBlock + j, N,
+                     scale + b * kBlock + j, true, true);
+}
+
+void few_rows(const float* x, int64_t m, int64_t K, const int8_t* w, float* y, int64_t N,
+              const float* scale, int64_t b0, int64_t b1) {
+  int64_t r = 0;
+  for (; r + 6 <= m; r += 6) few<6, 1>(x + r * K, K, w, y + r * N, N, scale, b0, b1);
+  const float* xr = x + r * K;
+  float* yr = y + r * N;
+  switch (m - r) {
+    case 1: few<1, 4>(xr, K, w, yr, N, scale, b0, b1); break;
+    case 2: few<2, 2>(xr, K, w, yr, N, scale, b0, b1); break;
+    case 3: few<3, 2>(xr, K, w, yr, N, scale, b0, b1); break;
+    case 4: few<4, 1>(xr, K, w, yr, N, scale, b0, b1); break;
+    case 5: few<5, 1>(xr, K, w, yr, N, scale, b0, b1); break;
+    default: break;
+  }
+}
+
+// Row tiles of one row block against one widened sub-column: xa holds the block's activations
+// for this k block packed tile by tile as [tile][k][6], so a tile's broadcasts read one stream.
+void many_tiles(const float* xa, int64_t m, const float* wf, int64_t kc, float* y, int64_t N,
+                const float* scale, bool first, bool last) {
+  for (int64_t r = 0; r < m; r += kMR) {
+    const float* xt = xa + r * kc;
+    float* yt = y + r * N;
+    switch (std::min(kMR, m - r)) {
+      case 6: tile_f<6>(xt, wf, kc, yt, N, scale, first, last); break;
+      case 5: tile_f<5>(xt, wf, kc, yt, N, scale, first, last); break;
+      case 4: tile_f<4>(xt, wf, kc, yt, N, scale, first, last); break;
+      case 3: tile_f<3>(xt, wf, kc, yt, N, scale, first, last); break;
+      case 2: tile_f<2>(xt, wf, kc, yt, N, scale, first, last); break;
+      default: tile_f<1>(xt, wf, kc, yt, N, scale, first, last); break;
+    }
+  }
+}
+
+// Many rows (a prefill): per row block and k block, pack the activations; per sub-column, widen
+// the weights once into an L1 buffer and run every row tile against it.
+void many_rows(const float* x, int64_t M, int64_t K, const int8_t* w, float* y, int64_t N,
+               const float* scale, int64_t b0, int64_t b1) {
+  alignas(32) float wf[kKBlock * kSub];
+  std::vector<float> xa(kMBlock * kKBlock);
+  for (int64_t m0 = 0; m0 < M; m0 += kMBlock) {
+    const int64_t mb = std::min(kMBlock, M - m0);
+    for (int64_t k0 = 0; k0 < K; k0 += kKBlock) {
+      const int64_t kc = std::min(kKBlock, K - k0);
+      for (int64_t r = 0; r < mb; ++r)  // row r of the block -> tile r / 6, lane r % 6
+        for (int64_t k = 0; k < kc; ++k)
+          xa[(r / kMR) * kMR * kc + k * kMR + r % kMR] = x[(m0 + r) * K + k0 + k];
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t j = 0; j < kBlock; j += kSub) {
+          const int8_t* src = w + b * K * kBlock + k0 * kBlock + j;
+          for (int64_t k = 0; k < kc; ++k) {
+            _mm256_store_ps(wf + k * kSub, widen(src + k * kBlock));
+            _mm256_store_ps(wf + k * kSub + 8, widen(src + k * kBlock + 8));
+          }
+          many_tiles(xa.data(), mb, wf, kc, y + m0 * N + b * kBlock + j, N,
+                     scale + b * kBlock + j, k0 == 0, k0 + kc == K);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+// q [N, K] int8 -> blocks [N / 64, K, 64] (N must be a multiple of 64).
+torch::Tensor pack(torch::Tensor q) {
+  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == torch::kInt8, "pack: q must be 2-D int8");
+  TORCH_CHECK(q.size(0) % kBlock == 0, "pack: output channels must be a multiple of 64");
+  return q.reshape({q.size(0) / kBlock, kBlock, q.size(1)}).transpose(1, 2).contiguous();
+}
+
+// x [M, K] float32, blocks from pack(), scale [N] float32 -> y [M, N] float32.
+torch::Tensor mm(torch::Tensor x, torch::Tensor blocks, torch::Tensor scale) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "mm: x must be 2-D float32");
+  TORCH_CHECK(blocks.dim() == 3 && blocks.size(2) == kBlock && blocks.is_contiguous() &&
+                  blocks.scalar_type() == torch::kInt8,
+              "mm: the weight must come from pack()");
+  TORCH_CHECK(scale.scalar_type() == torch::kFloat32 && scale.is_contiguous(),
+              "mm: scale must be contiguous float32");
+  x = x.contiguous();
+  const int64_t M = x.size(0), K = x.size(1), B = blocks.size(0), N = B * kBlock;
+  TORCH_CHECK(blocks.size(1) == K, "mm: x has ", K, " columns, the weight ", blocks.size(1));
+  TORCH_CHECK(scale.numel() == N, "mm: scale must have one value per output channel");
+  auto y = torch::empty({M, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const int8_t* wp = blocks.data_ptr<int8_t>();
+  const float* sp = scale.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    if (M >= kManyRows)
+      many_rows(xp, M, K, wp, yp, N, sp, b0, b1);
+    else
+      few_rows(xp, M, K, wp, yp, N, sp, b0, b1);
+  });
+  return y;
+}
