@@ -130,17 +130,17 @@ def main() -> None:
             if r:
                 times[key].append(result)
         print(f"  round {r + 1} of {args.repeats + 1} done", file=sys.stderr, flush=True)
-    print("| model | engine | prefill tokens/s | × llama.cpp (goal ≥ 0.67) | decode ms/token "
+    print("| model, engine | prefill tokens/s | × llama.cpp (goal ≥ 0.67) | decode ms/token "
           "| × llama.cpp (goal ≤ 1.5) |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|")
     for role in args.models:
         lp = statistics.median(t[0] for t in times[role, "llama.cpp"])
         ld = statistics.median(t[1] for t in times[role, "llama.cpp"])
-        print(f"| {role} | llama.cpp Q4_K_M | {lp:.1f} | 1 | {ld:.1f} | 1 |")
+        print(f"| `{role} llama.cpp` Q4_K_M | {lp:.1f} | 1 | {ld:.1f} | 1 |")
         for opt in options:
             p = statistics.median(t[0] for t in times[role, opt])
             d = statistics.median(t[1] for t in times[role, opt])
-            row = f"| {role} | in-process {opt} | {p:.1f} | {p / lp:.2f} | {d:.1f} | {d / ld:.2f} |"
+            row = f"| `{role} {opt}` in process | {p:.1f} | {p / lp:.2f} | {d:.1f} | {d / ld:.2f} |"
             print(row)
 
 
