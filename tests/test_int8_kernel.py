@@ -60,7 +60,9 @@ def test_a_layer_whose_outputs_are_not_whole_blocks_is_padded_and_cut() -> None:
     layer = numerics.Int8WeightOnlyLinear(lin)
     assert "specguard kernel" in layer.extra_repr()
     x = torch.randn(2, 3, 48)
-    ref = x.double() @ layer.dequantized().double().T + lin.bias.double()
+    # what the kernel reads: the activations rounded to bfloat16 (numerics.ROUND_ACTIVATIONS)
+    xr = x.bfloat16().double() if numerics.ROUND_ACTIVATIONS else x.double()
+    ref = xr @ layer.dequantized().double().T + lin.bias.double()
     assert layer(x).shape == (2, 3, 80)
     torch.testing.assert_close(layer(x).double(), ref, rtol=1e-5, atol=1e-5)
     with int8_kernel.torch_kernel():  # the packed blocks hold the very matrix torch's kernel gets
@@ -70,12 +72,22 @@ def test_a_layer_whose_outputs_are_not_whole_blocks_is_padded_and_cut() -> None:
     two = numerics.Int8WeightOnlyLinear(lin, terms=2)
     torch.testing.assert_close(
         two(x).double(),
-        x.double() @ two.dequantized().double().T + lin.bias.double(),
+        xr @ two.dequantized().double().T + lin.bias.double(),
         rtol=1e-5,
         atol=1e-5,
     )
     err1, err2 = ((m.dequantized() - lin.weight).abs().max() for m in (layer, two))
     assert err2 < err1
+
+
+@needs_kernel
+def test_activations_are_rounded_to_bfloat16_unless_switched_off(monkeypatch) -> None:
+    lin = nn.Linear(64, 64, bias=False)
+    layer = numerics.Int8WeightOnlyLinear(lin)
+    x = torch.randn(5, 64)
+    assert torch.equal(layer(x), layer(x.bfloat16().float()))  # the rounding is the first step
+    monkeypatch.setattr(numerics, "ROUND_ACTIVATIONS", False)
+    assert not torch.equal(layer(x), layer(x.bfloat16().float()))
 
 
 def test_bad_arguments_are_named() -> None:
