@@ -3,9 +3,10 @@
 Why a kernel of our own: torch's weight-only int8 kernel reads bfloat16 activations and runs
 every row count through one small tile, so a 400-token prefill ran at about half of what two
 AVX2 cores do and a decode below the memory's speed (issue 41, `benchmarks/engine_speed.py`).
-This one keeps float32 activations, sums each output in one fixed order whatever the rows (so
-the faithful-numerics contract holds by construction, on AVX2 and AVX-512 alike), widens each
-weight block once for a prefill's many rows, and streams weights front to back for a decode.
+This one sums each output in one fixed order whatever the rows (so the faithful-numerics
+contract holds by construction, on AVX2 and AVX-512 alike), widens each weight block once for a
+prefill's many rows, and streams weights front to back for a decode. It computes in float32;
+`numerics.Int8WeightOnlyLinear` rounds the activations to bfloat16 first (`ROUND_ACTIVATIONS`).
 
 It is built with torch's C++ extension tooling (a C++ compiler and `ninja`, both present on
 the machines this project runs on) into `$SPECGUARD_HOME/kernels/<hash of source, flags and
@@ -112,4 +113,8 @@ def current() -> ModuleType | None:
 
 def name() -> str:
     """Which kernel the int8 formats compute with in this process (for benchmark headers)."""
-    return "specguard int8 (float32 activations)" if load() else "torch int8 (bf16 activations)"
+    from .numerics import ROUND_ACTIVATIONS
+
+    if load() is None:
+        return "torch int8 (bf16 activations)"
+    return f"specguard int8 ({'bf16-rounded' if ROUND_ACTIVATIONS else 'float32'} activations)"
