@@ -8,9 +8,11 @@ scores the same inside a chunk as fed alone, which the row-invariant CPU formats
 (`numerics.row_invariant`, asserted bit for bit by tests/test_numerics.py). On float32 a
 chunk rounds differently, so callers fall back to the plain loop there.
 
-Three proposals per forward: the CPU int8 kernel works on blocks of four rows, so a forward of
-four tokens costs about what one of one token does, and a fifth row costs ~50 % more
-(`benchmarks/lookup_speed.py` compares the two loops on recorded prefixes).
+Three proposals per forward, chosen on torch's int8 kernel: it works on blocks of four rows, so
+a forward of four tokens cost about what one of one token did, and a fifth row ~50 % more. On
+the project's own kernel (`int8_kernel`, the default since issue 41) four rows cost more than
+one; `benchmarks/lookup_speed.py` compares the two loops on recorded prefixes and is the way to
+re-measure the choice.
 """
 
 from __future__ import annotations

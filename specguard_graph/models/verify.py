@@ -9,8 +9,9 @@ writes, token for token and log-prob for log-prob, because a token scores the sa
 chunk as fed alone on the row-invariant CPU formats (`numerics.row_invariant`); on other
 formats a chunk rounds differently, and `can_verify` says no.
 
-Three proposals per forward: the CPU int8 kernel works on blocks of four rows, so a forward
-of four tokens costs about what one of one token does (`models/lookup.py`).
+Three proposals per forward, chosen on torch's int8 kernel, whose four-row blocks made a forward
+of four tokens cost about what one of one token does (`models/lookup.py`); on the project's own
+kernel (`int8_kernel`) four rows cost more than one, and the choice is yet to be re-measured.
 """
 
 from __future__ import annotations
