@@ -1,7 +1,7 @@
 """The row-invariant int8 matmul (`kernels/int8_gemm.cpp`), compiled once per machine.
 
-Why a kernel of our own: torch's weight-only int8 kernel reads bfloat16 activations and runs
-every row count through one small tile, so a 400-token prefill ran at about half of what two
+Why a kernel of our own: torch's weight-only int8 kernel runs every row count through one small
+tile, so a 400-token prefill ran at about half of what two
 AVX2 cores do and a decode below the memory's speed (issue 41, `benchmarks/engine_speed.py`).
 This one sums each output in one fixed order whatever the rows (so the faithful-numerics
 contract holds by construction, on AVX2 and AVX-512 alike), widens each weight block once for a
@@ -12,7 +12,7 @@ It is built with torch's C++ extension tooling (a C++ compiler and `ninja`, both
 the machines this project runs on) into `$SPECGUARD_HOME/kernels/<hash of source, flags and
 torch>`; `SPECGUARD_KERNEL_DIR` overrides the place. Where it cannot run (not x86-64 with AVX2
 and FMA) or `SPECGUARD_INT8_KERNEL=torch` asks so, `int8` falls back to torch's kernel, which
-is row-invariant too but rounds the activations to bfloat16.
+is row-invariant too.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "int8_gemm.cpp"
-FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp", "-DPREFETCH=16"]
+FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple
 
 

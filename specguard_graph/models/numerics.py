@@ -2,9 +2,9 @@
 
 `int8` (the CPU default) stores each Linear's weight as int8 with one scale per output channel
 and keeps everything else (embeddings, norms, attention, the residual stream) in float32. Its
-matmul runs the project's own kernel (`int8_kernel`: float32 activations, each output summed in
-one fixed order) or, where that cannot run, torch's weight-only int8 kernel on bfloat16
-activations; both reduce each output element the same way whatever the number of rows: a token
+matmul rounds the activation rows to bfloat16 and runs the project's own kernel (`int8_kernel`,
+each output summed in one fixed order) or, where that cannot run, torch's weight-only int8
+kernel; both reduce each output element the same way whatever the number of rows: a token
 scores the same fed alone, in a chunk, or as one of k candidate rows. The scales are rounded
 *up* to bfloat16 values before quantising, so either kernel applies them exactly and no channel
 is biased.
@@ -30,14 +30,14 @@ QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "none", "int8", "int8x2", "dynamic-
 
 
 ROUND_ACTIVATIONS = True
-"""Why the int8 kernel rounds its activations to bfloat16 (ROUNDING): attention runs in float64
+"""Why the int8 kernel rounds its activations to bfloat16: attention runs in float64
 and is rounded to float32, and on rare elements two feedings' float64 results straddle a
 float32 rounding boundary: one ulp apart (seen at one element of one of six GSM8K texts on the
 0.5B draft, token by token against one forward). Rounded to bfloat16 before the next matmul,
 the two agree again; kept in float32, the ulp travels on (2.9e-5 in a log-prob, 0 argmax
-flips, `benchmarks/results/engine/fidelity-f32.log`). Float32 activations agree better with the
-float32 model (draft top-1 98.2 % against 97.1 % on AVX2), so they return once attention sums
-in one fixed order too."""
+flips, `benchmarks/results/engine/fidelity-f32.log`). Float32 activations agreed no better with
+the float32 model there (top-1 98.2 % draft, 99.8 % target either way); they can return once
+attention sums in one fixed order too."""
 
 
 def _int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +89,7 @@ class Int8WeightOnlyLinear(nn.Module):
             y = y.to(x.dtype)
         else:
             # bfloat16-rounded activations, as torch's kernel reads them: the rounding absorbs the
-            # rare last-bit difference float64 attention leaves between feedings (see ROUNDING)
+            # rare last-bit difference float64 attention leaves between feedings (ROUND_ACTIVATIONS)
             a = rows.to(torch.bfloat16).to(torch.float32) if ROUND_ACTIVATIONS else rows.float()
             y = self._kernel.mm(a, self.weight_blocks, self.scale32)
             y = (y if y.shape[1] == n else y[:, :n]).to(x.dtype)

@@ -25,30 +25,28 @@ constexpr int64_t kSub = 16;      // output channels per register tile column (t
 constexpr int64_t kKBlock = 256;  // k per cache block of the many-row path
 constexpr int64_t kMBlock = 120;  // rows per cache block of the many-row path
 constexpr int64_t kManyRows = 12; // from this many rows on, dequantise a weight block once
-constexpr int64_t kAhead = PREFETCH;   // k steps (cache lines) a decode prefetches ahead
+constexpr int64_t kAhead = 16;    // cache lines (k steps) a decode prefetches ahead
 constexpr int64_t kMR = 6;        // rows per register tile of the many-row path
 
 inline __m256 widen(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
 }
 
-// MR rows x NP sub-columns of 16 (within one block) over k in [k0, k0 + kc), int8 weights read
-// straight from the packed block (stride 64 per k). acc starts at 0 on the first k block, is
-// read back from y otherwise, and is scaled on the last.
+// MR rows x NP sub-columns of 16 (within one block) over the whole k, int8 weights read
+// straight from the packed block (stride 64 per k), prefetched kAhead lines ahead.
 template <int MR, int NP>
-inline void tile_q(const float* x, int64_t ldx, const int8_t* w, int64_t k0, int64_t kc,
-                   float* y, int64_t ldy, const float* scale, bool first, bool last) {
+inline void tile_q(const float* x, int64_t K, const int8_t* w, float* y, int64_t ldy,
+                   const float* scale) {
   __m256 acc[MR][2 * NP];
   for (int r = 0; r < MR; ++r)
-    for (int h = 0; h < 2 * NP; ++h)
-      acc[r][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy + 8 * h);
-  for (int64_t k = k0; k < k0 + kc; ++k) {
+    for (int h = 0; h < 2 * NP; ++h) acc[r][h] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
     const int8_t* wk = w + k * kBlock;
     _mm_prefetch((const char*)(wk + kAhead * kBlock), _MM_HINT_T0);
     for (int p = 0; p < NP; ++p) {
       const __m256 w0 = widen(wk + p * kSub), w1 = widen(wk + p * kSub + 8);
       for (int r = 0; r < MR; ++r) {
-        const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+        const __m256 a = _mm256_broadcast_ss(x + r * K + k);
         acc[r][2 * p] = _mm256_fmadd_ps(a, w0, acc[r][2 * p]);
         acc[r][2 * p + 1] = _mm256_fmadd_ps(a, w1, acc[r][2 * p + 1]);
       }
@@ -57,7 +55,7 @@ inline void tile_q(const float* x, int64_t ldx, const int8_t* w, int64_t k0, int
   for (int h = 0; h < 2 * NP; ++h) {
     const __m256 s = _mm256_loadu_ps(scale + 8 * h);
     for (int r = 0; r < MR; ++r)
-      _mm256_storeu_ps(y + r * ldy + 8 * h, last ? _mm256_mul_ps(acc[r][h], s) : acc[r][h]);
+      _mm256_storeu_ps(y + r * ldy + 8 * h, _mm256_mul_ps(acc[r][h], s));
   }
 }
 
@@ -91,14 +89,14 @@ void few(const float* x, int64_t K, const int8_t* w, float* y, int64_t N, const 
          int64_t b0, int64_t b1) {
   for (int64_t b = b0; b < b1; ++b)
     for (int64_t j = 0; j < kBlock; j += NP * kSub)
-      tile_q<MR, NP>(x, K, w + b * K * kBlock + j, 0, K, y + b * kBlock + j, N,
-                     scale + b * kBlock + j, true, true);
+      tile_q<MR, NP>(x, K, w + b * K * kBlock + j, y + b * kBlock + j, N,
+                     scale + b * kBlock + j);
 }
 
 void few_rows(const float* x, int64_t m, int64_t K, const int8_t* w, float* y, int64_t N,
               const float* scale, int64_t b0, int64_t b1) {
   int64_t r = 0;
-  for (; r + 6 <= m; r += 6) few<6, 1>(x + r * K, K, w, y + r * N, N, scale, b0, b1);
+  for (; r + kMR <= m; r += kMR) few<kMR, 1>(x + r * K, K, w, y + r * N, N, scale, b0, b1);
   const float* xr = x + r * K;
   float* yr = y + r * N;
   switch (m - r) {
