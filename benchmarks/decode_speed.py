@@ -34,11 +34,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
 from specguard_graph.machine import describe
 from specguard_graph.models import numerics
 from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.kv_cache import new_cache
 from specguard_graph.models.loading import OPTIONS, load_lm
 from specguard_graph.steps import NEVER, ReasoningSteps
 
@@ -62,7 +62,7 @@ def _prompt(lm: LocalCausalLM) -> list[int]:
 def bare_ms(lm: LocalCausalLM, rows: int, tokens: int) -> float:
     """ms per step of the plainest decode loop over `rows` copies of the prompt."""
     ids = _prompt(lm)
-    cache = DynamicCache(config=lm.model.config)
+    cache = new_cache(lm.model.config)
     x = torch.tensor([ids[:-1]] * rows, device=lm.device)
     lm.model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
     nxt = torch.tensor([[ids[-1]]] * rows, device=lm.device)

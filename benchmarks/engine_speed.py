@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import DynamicCache
 
 from specguard_graph.machine import describe
 from specguard_graph.models import int8_kernel
 from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.kv_cache import new_cache
 from specguard_graph.models.loading import OPTIONS, load_lm
 
 TEXT = (
@@ -50,13 +50,13 @@ def torch_timer(lm: LocalCausalLM, ids: list[int], decode: int) -> Callable[[], 
 
     def run() -> tuple[float, float]:
         with torch.inference_mode():
-            cache = DynamicCache()
+            cache = new_cache(lm.model.config)
             t0 = time.perf_counter()
-            out = lm.model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = lm.model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
             t1 = time.perf_counter()
             tok = out.logits[:, -1].argmax(-1, keepdim=True)
             for _ in range(decode):
-                out = lm.model(input_ids=tok, past_key_values=cache, use_cache=True)
+                out = lm.model(input_ids=tok, cache=cache, use_cache=True)
                 tok = out.logits[:, -1].argmax(-1, keepdim=True)
             t2 = time.perf_counter()
         return len(ids) / (t1 - t0), 1000 * (t2 - t1) / decode

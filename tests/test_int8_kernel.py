@@ -61,7 +61,7 @@ def test_a_layer_whose_outputs_are_not_whole_blocks_is_padded_and_cut() -> None:
     layer = numerics.Int8WeightOnlyLinear(lin)
     assert "specguard kernel" in layer.extra_repr()
     x = torch.randn(2, 3, 48)
-    # what the kernel reads: the activations rounded to bfloat16 (numerics.ROUND_ACTIVATIONS)
+    # what the kernel reads: float32 activations, or bfloat16-rounded (numerics.ROUND_ACTIVATIONS)
     xr = x.bfloat16().double() if numerics.ROUND_ACTIVATIONS else x.double()
     ref = xr @ layer.dequantized().double().T + lin.bias.double()
     assert layer(x).shape == (2, 3, 80)
@@ -82,13 +82,13 @@ def test_a_layer_whose_outputs_are_not_whole_blocks_is_padded_and_cut() -> None:
 
 
 @needs_kernel
-def test_activations_are_rounded_to_bfloat16_unless_switched_off(monkeypatch) -> None:
+def test_activations_stay_float32_unless_rounding_is_switched_on(monkeypatch) -> None:
     lin = nn.Linear(64, 64, bias=False)
     layer = numerics.Int8WeightOnlyLinear(lin)
     x = torch.randn(5, 64)
-    assert torch.equal(layer(x), layer(x.bfloat16().float()))  # the rounding is the first step
-    monkeypatch.setattr(numerics, "ROUND_ACTIVATIONS", False)
     assert not torch.equal(layer(x), layer(x.bfloat16().float()))
+    monkeypatch.setattr(numerics, "ROUND_ACTIVATIONS", True)  # then rounding is the first step
+    assert torch.equal(layer(x), layer(x.bfloat16().float()))
 
 
 def test_bad_arguments_are_named() -> None:

@@ -55,6 +55,18 @@ def test_greedy_steps_do_not_depend_on_k(base, fmt):
     assert all(c.token_logprobs == one.token_logprobs for c in four)
 
 
+@pytest.mark.parametrize("fmt", FAITHFUL)
+def test_gate_and_up_as_one_matrix_compute_the_same_bits(base, fmt, monkeypatch):
+    fused = formatted(base, fmt)
+    assert all(isinstance(la.mlp, numerics.GatedMLP) for la in fused.model.model.layers)
+    monkeypatch.setattr(numerics, "GATED_MLPS", ())
+    apart = formatted(base, fmt)
+    assert not any(isinstance(m, numerics.GatedMLP) for m in apart.model.modules())
+    ids = [fused.encode(TEXT)]
+    for feeding in ("one forward", "token by token"):
+        assert torch.equal(feed(fused.model, ids, feeding)[0], feed(apart.model, ids, feeding)[0])
+
+
 def test_int8_weights_are_per_channel_and_close_to_float32(base):
     lin = base.model.model.layers[0].mlp.down_proj
     q = numerics.Int8WeightOnlyLinear(lin)

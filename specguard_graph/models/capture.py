@@ -28,6 +28,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+from . import int8_kernel
+
 ATTN_IMPLEMENTATION = "specguard_capture"
 
 
@@ -83,6 +85,7 @@ def _weights(  # for SDPA's devices, which do not return them
 
 
 Q_BLOCK = 256  # query rows per float64 block: bounds the score matrix's memory
+_CAUSAL = torch.empty(0, dtype=torch.bool)  # the fixed-order kernel's "bottom-right causal"
 
 
 def _mask(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, device) -> torch.Tensor:
@@ -138,6 +141,38 @@ def _attention64(
     return out, torch.cat(weights, dim=2) if want_weights else None
 
 
+def _fixed_order(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None) -> Any:
+    """The compiled fixed-order kernel, where it computes this call (CPU, float32, a boolean
+    mask or none), else None."""
+    if query.device.type != "cpu" or query.dtype != torch.float32 or key.dtype != torch.float32:
+        return None
+    if mask is not None and mask.dtype != torch.bool:
+        return None
+    return int8_kernel.load()
+
+
+def _attention_fixed(
+    kernel: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    want_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attention in float32 summed in one fixed order per row (`kernels/attention.cpp`): the
+    same bits whatever the call's rows and keys, without float64's conversions."""
+    q_len, dim = query.shape[2:]
+    if attention_mask is None:  # bottom-right causal: the kernel needs no mask tensor
+        mask = _CAUSAL
+    else:
+        mask = attention_mask[..., : key.shape[2]]
+        mask = mask.expand(mask.shape[0], 1, q_len, key.shape[2])[:, 0]
+    scale = scaling if scaling is not None else dim**-0.5
+    res = kernel.attention(query, key, value, mask, scale, want_weights)
+    return res[0], (res[1] if want_weights else None)
+
+
 def capture_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -151,7 +186,12 @@ def capture_attention_forward(
     cap = _ACTIVE.get()
     layer = getattr(module, "layer_idx", None)
     captured = cap is not None and layer in cap.layers
-    if query.device.type == "cpu":
+    fixed = _fixed_order(query, key, attention_mask)
+    if fixed is not None:
+        out, weights = _attention_fixed(
+            fixed, query, key, value, attention_mask, scaling, want_weights=captured
+        )
+    elif query.device.type == "cpu":
         out, weights = _attention64(
             module, query, key, value, attention_mask, scaling, want_weights=captured
         )

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from .kv_cache import new_cache
+
 FEEDINGS = ("one forward", "token by token", "chunks of 16", "row of 4")
 
 
@@ -33,7 +35,7 @@ def feed(
         raise ValueError(f"feeding must be one of {', '.join(FEEDINGS)}")
     x = torch.tensor(rows, device=next(model.parameters()).device)
     step = {"token by token": 1, "chunks of 16": 16}.get(feeding, x.shape[1])
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model.config)
     cuts = sorted({0, *range(start, x.shape[1], step)})  # 0..start is one forward
     outs = []
     for lo, hi in zip(cuts, [*cuts[1:], x.shape[1]], strict=True):

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from ..errors import InputError
 from .base import PrefixCache, Sample
 from .capture import ATTN_IMPLEMENTATION, capture_attention
 from .decoding import DelimiterWatch, cut_step, decode, token_logprobs
+from .kv_cache import new_cache
 from .numerics import Quantize
 
 
@@ -143,7 +144,7 @@ class LocalCausalLM:
         """Make the cache hold exactly ids[:-1], feeding only the tokens it lacks."""
         want = pc.ids[:-1]
         if pc.cache is None:
-            pc.cache, pc.cache_ids = DynamicCache(config=self.model.config), []
+            pc.cache, pc.cache_ids = new_cache(self.model.config), []
         keep = _common_prefix(pc.cache_ids, want)
         if keep < len(pc.cache_ids):
             pc.cache.crop(keep - len(pc.cache_ids))

@@ -31,7 +31,7 @@ from types import ModuleType
 
 import torch
 
-SOURCE = Path(__file__).with_name("kernels") / "int8_gemm.cpp"
+SOURCES = tuple(Path(__file__).with_name("kernels") / f for f in ("int8_gemm.cpp", "attention.cpp"))
 FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple
 
@@ -61,7 +61,9 @@ def build_dir() -> Path:
     from .registry import home
 
     tag = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode()
+        b"".join(f.read_bytes() for f in SOURCES)
+        + " ".join(FLAGS).encode()
+        + torch.__version__.encode()
     ).hexdigest()[:16]
     return home() / "kernels" / tag
 
@@ -79,9 +81,9 @@ def load() -> ModuleType | None:
         print(f"compiling the int8 kernel once, into {where} (about a minute)", file=sys.stderr)
     try:
         return load_inline(
-            "specguard_int8_gemm",
-            cpp_sources=[SOURCE.read_text()],
-            functions=["pack", "mm"],
+            "specguard_cpu_kernels",
+            cpp_sources=[f.read_text() for f in SOURCES],
+            functions=["pack", "mm", "attention"],
             extra_cflags=FLAGS,
             extra_ldflags=["-fopenmp"],
             build_directory=str(where),

@@ -2,9 +2,9 @@
 
 `int8` (the CPU default) stores each Linear's weight as int8 with one scale per output channel
 and keeps everything else (embeddings, norms, attention, the residual stream) in float32. Its
-matmul rounds the activation rows to bfloat16 and runs the project's own kernel (`int8_kernel`,
-each output summed in one fixed order) or, where that cannot run, torch's weight-only int8
-kernel; both reduce each output element the same way whatever the number of rows: a token
+matmul runs the project's own kernel on float32 activations (`int8_kernel`, each output summed
+in one fixed order) or, where that cannot run, torch's weight-only int8 kernel on bfloat16
+activations; both reduce each output element the same way whatever the number of rows: a token
 scores the same fed alone, in a chunk, or as one of k candidate rows. The scales are rounded
 *up* to bfloat16 values before quantising, so either kernel applies them exactly and no channel
 is biased.
@@ -29,15 +29,15 @@ Quantize = Literal["auto", "none", "int8", "int8x2", "dynamic-int8"]
 QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "none", "int8", "int8x2", "dynamic-int8")
 
 
-ROUND_ACTIVATIONS = True
-"""Why the int8 kernel rounds its activations to bfloat16: attention runs in float64
-and is rounded to float32, and on rare elements two feedings' float64 results straddle a
-float32 rounding boundary: one ulp apart (seen at one element of one of six GSM8K texts on the
-0.5B draft, token by token against one forward). Rounded to bfloat16 before the next matmul,
-the two agree again; kept in float32, the ulp travels on (2.9e-5 in a log-prob, 0 argmax
-flips, `benchmarks/results/engine/fidelity-f32.log`). Float32 activations agreed no better with
-the float32 model there (top-1 98.2 % draft, 99.8 % target either way); they can return once
-attention sums in one fixed order too."""
+ROUND_ACTIVATIONS = False
+"""Whether the int8 kernel rounds its activations to bfloat16 first (torch's kernel always
+does). It did while attention ran in float64, rounded to float32: on rare elements two
+feedings' float64 results straddled a float32 rounding boundary, one ulp apart (one element of
+one of six GSM8K texts on the 0.5B draft, token by token against one forward: 2.9e-5 in a
+log-prob, `benchmarks/results/engine/fidelity-f32.log`), and the bf16 rounding absorbed it.
+With attention summed in one fixed order per row (`kernels/attention.cpp`) the rows are the
+same bits in every feeding, so float32 activations stay float32; `benchmarks/fidelity.py`
+checks it."""
 
 
 def _int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,6 +70,7 @@ class Int8WeightOnlyLinear(nn.Module):
         q, scale = torch.cat(qs).contiguous(), torch.cat(scales)
         self.register_buffer("scale", scale)  # bfloat16: exact in both kernels
         self._kernel = int8_kernel.current()
+        pad = 0
         if self._kernel is None:  # torch's kernel: [rows, in] int8, bfloat16 activations
             self.register_buffer("weight_int8", q)
         else:  # ours: rows padded to whole 64-row blocks, packed k-major, float32 scales
@@ -80,16 +81,21 @@ class Int8WeightOnlyLinear(nn.Module):
             self.register_buffer("scale32", scale32, persistent=False)
         bias = linear.bias
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
+        # our kernel's output is the layer's whole output: no padding to cut, no terms to add
+        self._direct = self._kernel is not None and terms == 1 and not pad
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._direct and x.dtype == torch.float32 and not ROUND_ACTIVATIONS:  # a decode's path
+            y = self._kernel.mm(x.reshape(-1, self.in_features), self.weight_blocks, self.scale32)
+            y = y.view(*x.shape[:-1], self.out_features)
+            return y if self.bias is None else y + self.bias
         rows = x.reshape(-1, self.in_features)
         n = self.terms * self.out_features
         if self._kernel is None:
             y = torch._weight_int8pack_mm(rows.to(torch.bfloat16), self.weight_int8, self.scale)
             y = y.to(x.dtype)
         else:
-            # bfloat16-rounded activations, as torch's kernel reads them: the rounding absorbs the
-            # rare last-bit difference float64 attention leaves between feedings (ROUND_ACTIVATIONS)
+            # float32 activations: attention sums in one fixed order too (ROUND_ACTIVATIONS)
             a = rows.to(torch.bfloat16).to(torch.float32) if ROUND_ACTIVATIONS else rows.float()
             y = self._kernel.mm(a, self.weight_blocks, self.scale32)
             y = (y if y.shape[1] == n else y[:, :n]).to(x.dtype)
@@ -136,13 +142,45 @@ def quantize_int8x2(model: nn.Module) -> nn.Module:
     return _replace_linears(model, lambda lin: Int8WeightOnlyLinear(lin, terms=2))
 
 
+GATED_MLPS = ("Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP")
+"""MLP classes whose forward is exactly `down_proj(act_fn(gate_proj(x)) * up_proj(x))`."""
+
+
+class GatedMLP(nn.Module):
+    """`down(act(gate(x)) * up(x))` with gate and up stacked as one int8 matrix: one kernel call
+    instead of two per layer, the same bits (each output channel is its own sum and scale)."""
+
+    def __init__(self, mlp: nn.Module, make: Callable[[nn.Linear], nn.Module]):
+        super().__init__()
+        gate, up = mlp.gate_proj, mlp.up_proj
+        stacked = nn.Linear(gate.in_features, 2 * gate.out_features, bias=False, device="meta")
+        stacked.weight = nn.Parameter(torch.cat([gate.weight, up.weight]).detach(), False)
+        self.intermediate = gate.out_features
+        self.gate_up, self.down_proj, self.act_fn = make(stacked), make(mlp.down_proj), mlp.act_fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gu = self.gate_up(x)
+        return self.down_proj(
+            self.act_fn(gu[..., : self.intermediate]) * gu[..., self.intermediate :]
+        )
+
+
+def _gated(sub: nn.Module) -> bool:
+    parts = [getattr(sub, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+    return type(sub).__name__ in GATED_MLPS and all(
+        type(p) is nn.Linear and p.bias is None for p in parts
+    )
+
+
 def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> nn.Module:
     if getattr(model.config, "tie_word_embeddings", False):
         # the head gets its own int8 copy; the input embedding stays float32 for lookups
         model.config.tie_word_embeddings = False
     for parent in list(model.modules()):
         for attr, sub in list(parent.named_children()):
-            if type(sub) is nn.Linear:
+            if _gated(sub):
+                setattr(parent, attr, GatedMLP(sub, make))
+            elif type(sub) is nn.Linear:
                 setattr(parent, attr, make(sub))
     return model
 

@@ -42,7 +42,7 @@ inline void tile_q(const float* x, int64_t K, const int8_t* w, float* y, int64_t
     for (int h = 0; h < 2 * NP; ++h) acc[r][h] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
     const int8_t* wk = w + k * kBlock;
-    _mm_prefetch((const char*)(wk + kAhead * kBlock), _MM_HINT_T0);
+    _mm_prefetch((const char*)(wk + kAhead * kBlock), _MM_HINT_NTA);
     for (int p = 0; p < NP; ++p) {
       const __m256 w0 = widen(wk + p * kSub), w1 = widen(wk + p * kSub + 8);
       for (int r = 0; r < MR; ++r) {
