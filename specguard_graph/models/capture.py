@@ -1,13 +1,15 @@
 """Attention that computes one model whatever the feeding, and captures its weights for free.
 
-We register one attention implementation with transformers' `AttentionInterface`. On the CPU
-every layer computes attention in float64 and rounds the result to float32: torch's float32
-SDPA kernel rounds a query row differently depending on the call's shape (a block of one or
-two query rows takes a small-matrix path; the key count changes the reduction's tail), so a
-token decoded alone would not score what it scores inside a prefill or a verification forward
-(up to 0.8 in a log-prob on the 1.5B target). In float64 the shape-dependent rounding stays
-far below float32's last bit, so the rounded result is the same; the cost is attention work
-only, small beside the weights (`benchmarks/fidelity.py`, `tests/test_numerics.py`).
+We register one attention implementation with transformers' `AttentionInterface`. torch's
+float32 SDPA kernel rounds a query row differently depending on the call's shape (a block of
+one or two query rows takes a small-matrix path; the key count changes the reduction's tail),
+so a token decoded alone would not score what it scores inside a prefill or a verification
+forward (up to 0.8 in a log-prob on the 1.5B target). On the CPU every layer therefore runs
+the project's fixed-order kernel (`kernels/attention.cpp`, compiled with the int8 kernel): in
+float32, each row's sums over its own keys in one order, so a row is the same bits in every
+feeding, batch and thread count. Where that kernel cannot run (not x86-64 AVX2, or not float32)
+attention runs in float64 and is rounded to float32, where the shape-dependent rounding stays
+far below float32's last bit (`benchmarks/fidelity.py`, `tests/test_numerics.py`).
 
 Layers whose weights are wanted copy softmax(QKᵀ) into the active `AttentionCapture`: on the
 CPU these are the weights the output was computed with; elsewhere SDPA computes the output and

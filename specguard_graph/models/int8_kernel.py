@@ -1,18 +1,20 @@
-"""The row-invariant int8 matmul (`kernels/int8_gemm.cpp`), compiled once per machine.
+"""The project's CPU kernels, compiled once per machine: the row-invariant int8 matmul
+(`kernels/int8_gemm.cpp`) and fixed-order attention (`kernels/attention.cpp`).
 
-Why a kernel of our own: torch's weight-only int8 kernel runs every row count through one small
-tile, so a 400-token prefill ran at about half of what two
-AVX2 cores do and a decode below the memory's speed (issue 41, `benchmarks/engine_speed.py`).
-This one sums each output in one fixed order whatever the rows (so the faithful-numerics
-contract holds by construction, on AVX2 and AVX-512 alike), widens each weight block once for a
-prefill's many rows, and streams weights front to back for a decode. It computes in float32;
-`numerics.Int8WeightOnlyLinear` rounds the activations to bfloat16 first (`ROUND_ACTIVATIONS`).
+Why a matmul of our own: torch's weight-only int8 kernel runs every row count through one small
+tile, so a 400-token prefill ran at about half of what two AVX2 cores do and a decode below the
+memory's speed (issue 41, `benchmarks/engine_speed.py`). This one sums each output in one fixed
+order whatever the rows (so the faithful-numerics contract holds by construction, on AVX2 and
+AVX-512 alike), widens each weight block once for a prefill's many rows, and streams weights
+front to back for a decode, in float32. Why attention of our own: torch's float32 attention
+rounds a row by the call's shape, and the float64 attention that avoided it converted the whole
+KV cache in every layer of every decoded token; `capture.py` says how it is used.
 
-It is built with torch's C++ extension tooling (a C++ compiler and `ninja`, both present on
-the machines this project runs on) into `$SPECGUARD_HOME/kernels/<hash of source, flags and
-torch>`; `SPECGUARD_KERNEL_DIR` overrides the place. Where it cannot run (not x86-64 with AVX2
-and FMA) or `SPECGUARD_INT8_KERNEL=torch` asks so, `int8` falls back to torch's kernel, which
-is row-invariant too.
+Both are built with torch's C++ extension tooling (a C++ compiler and `ninja`, both present on
+the machines this project runs on) into `$SPECGUARD_HOME/kernels/<hash of sources, flags and
+torch>`; `SPECGUARD_KERNEL_DIR` overrides the place. Where they cannot run (not x86-64 with AVX2
+and FMA) or `SPECGUARD_INT8_KERNEL=torch` asks so, `int8` falls back to torch's kernel (on
+bfloat16 activations), row-invariant too, and attention to float64.
 """
 
 from __future__ import annotations
@@ -118,5 +120,6 @@ def name() -> str:
     from .numerics import ROUND_ACTIVATIONS
 
     if load() is None:
-        return "torch int8 (bf16 activations)"
-    return f"specguard int8 ({'bf16-rounded' if ROUND_ACTIVATIONS else 'float32'} activations)"
+        return "torch int8 (bf16 activations), float64 attention"
+    rounded = "bf16-rounded" if ROUND_ACTIVATIONS else "float32"
+    return f"specguard int8 ({rounded} activations), fixed-order attention"
