@@ -164,12 +164,12 @@ def _attention_fixed(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attention in float32 summed in one fixed order per row (`kernels/attention.cpp`): the
     same bits whatever the call's rows and keys, without float64's conversions."""
-    q_len, dim = query.shape[2:]
+    q_len, dim, kv_len = query.shape[2], query.shape[3], key.shape[2]
     if attention_mask is None:  # bottom-right causal: the kernel needs no mask tensor
         mask = _CAUSAL
     else:
-        mask = attention_mask[..., : key.shape[2]]
-        mask = mask.expand(mask.shape[0], 1, q_len, key.shape[2])[:, 0]
+        mask = _mask(attention_mask, q_len, kv_len, query.device)
+        mask = mask.expand(mask.shape[0], 1, q_len, kv_len)[:, 0]
     scale = scaling if scaling is not None else dim**-0.5
     res = kernel.attention(query, key, value, mask, scale, want_weights)
     return res[0], (res[1] if want_weights else None)

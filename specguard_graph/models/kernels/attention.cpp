@@ -28,8 +28,8 @@ inline float hsum8(__m256 v) {  // one fixed tree: (0+4, 1+5, 2+6, 3+7), then pa
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-// G dot products q_g . k in dot()'s pattern (8 lanes over d, then hsum8, then a scalar tail),
-// side by side: G independent chains instead of one, the same sum for each.
+// G dot products q_g . k, each in the one fixed pattern (8 lanes over d, then hsum8, then a
+// scalar tail), side by side: G independent chains, so G does not change any one sum.
 template <int G>
 inline void dots(const float* q, int64_t q_stride, const float* k, int64_t d, float scale,
                  float* s, int64_t s_stride) {
