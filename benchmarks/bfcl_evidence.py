@@ -1,6 +1,6 @@
 """BFCL evidence from a `specguard bench --dataset bfcl...` results directory.
 
-.venv/bin/python benchmarks/bfcl_evidence.py benchmarks/results/bfcl-dev [--budget 0.70]
+.venv/bin/python benchmarks/bfcl_evidence.py DIR [--budget 0.7] [--methods target,specguard-greedy]
 
 Prints, on the problems every method finished:
 - accuracy per category of every method, beside the BFCL paper's Qwen2.5-Instruct figures;
@@ -10,6 +10,11 @@ Prints, on the problems every method finished:
 - a τ replay for SpecGuard k = 1 from the draft and target records (what each τ would have
   accepted: the draft's message when its schema check passes and its score reaches τ, else the
   target's), and the τ it picks: the most accurate within the latency budget (× target).
+
+The k = 1 record is `specguard-greedy.jsonl` or the first `specguard-greedy@….jsonl`; k = 4 is
+`specguard.jsonl`. A directory without a `draft` record (a long test run of `target` and one
+SpecGuard point) gets one from the k = 1 record: every SpecGuard record holds the draft's
+message, and what the draft's part of it cost.
 """
 
 from __future__ import annotations
@@ -30,12 +35,33 @@ CATS = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevan
 PAPER = {"target": (72.4, 87.0, 81.5, 75.5, 62.7), "draft": (61.2, 78.0, 60.0, 50.0, 46.2)}
 
 
-def load(out: Path) -> dict[str, dict[str, dict]]:
+def _read(path: Path) -> dict[str, dict]:
+    return {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def _draft_from(k1: dict[str, dict]) -> dict[str, dict]:
+    """The `draft` method's record as the k = 1 SpecGuard record saw it: its message, graded,
+    and its latency (the draft's decode plus the check; what the target then did is left out)."""
+    out = {}
+    for i, r in k1.items():
+        step = r["step_records"][0]
+        text = step.get("draft_text") or step["text"]
+        spent = step["spent"]
+        out[i] = {"id": i, "text": text, "correct": bfcl.grade(r["gold"], r["question"], text)[
+            "valid"], "latency_s": spent["draft_s"] + spent["verify_s"]}  # fmt: skip
+    return out
+
+
+def load(out: Path, methods: tuple[str, ...] = METHODS) -> dict[str, dict[str, dict]]:
     runs = {}
-    for m in METHODS:
+    for m in methods:
         path = out / f"{m}.jsonl"
+        if m == "specguard-greedy" and not path.exists():
+            path = next(iter(sorted(out.glob("specguard-greedy@*.jsonl"))), path)
         if path.exists():
-            runs[m] = {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
+            runs[m] = _read(path)
+    if "draft" not in runs and "specguard-greedy" in runs:
+        runs["draft"] = _draft_from(runs["specguard-greedy"])
     common = set.intersection(*(set(r) for r in runs.values()))
     return {m: {i: r for i, r in rs.items() if i in common} for m, rs in runs.items()}
 
@@ -140,17 +166,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--budget", type=float, default=0.70, help="latency budget × target")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help="records to read (a partial one would cut the common items)")  # fmt: skip
     args = ap.parse_args()
+    methods = tuple(args.methods.split(","))
+    if unknown := set(methods) - set(METHODS):
+        ap.error(f"--methods: unknown {sorted(unknown)}; expected some of {', '.join(METHODS)}")
     print(describe())
-    runs = load(args.out)
+    runs = load(args.out, methods)
     n = len(next(iter(runs.values())))
     print(f"{n} problems finished by every method in {args.out}\n")
     accuracy_table(runs)
     lat = {m: statistics.median(r["latency_s"] for r in rs.values()) for m, rs in runs.items()}
     print("\nmedian latency s: " + ", ".join(f"{m} {v:.1f} ({v / lat['target']:.2f}×)"
                                              for m, v in lat.items()))  # fmt: skip
-    same = sum(runs["sd"][i]["text"] == runs["target"][i]["text"] for i in runs["target"])
-    print(f"sd text = target text on {same}/{n}")
+    if "sd" in runs:
+        same = sum(runs["sd"][i]["text"] == runs["target"][i]["text"] for i in runs["target"])
+        print(f"sd text = target text on {same}/{n}")
     rows = draft_signals(runs)
     auroc_table(rows, "AUROC against the draft message's AST label, all messages")
     auroc_table(

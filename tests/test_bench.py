@@ -6,11 +6,12 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from specguard_graph.bench.compare import paired, paired_markdown
 from specguard_graph.bench.data import champ, from_jsonl, gsm8k_100
 from specguard_graph.bench.grade import grade
 from specguard_graph.bench.methods import parse, with_tau
 from specguard_graph.bench.plots import tau_series
-from specguard_graph.bench.report import paired, paired_markdown, summarize, wilson
+from specguard_graph.bench.report import summarize, wilson
 from specguard_graph.bench.run import run
 from specguard_graph.cli import app
 from specguard_graph.errors import ConfigError
@@ -42,7 +43,7 @@ def test_paired_comparison_counts_discordant_problems_and_exact_mcnemar():
 
 
 def test_lossless_methods_are_checked_against_the_target_text():
-    from specguard_graph.bench.report import lossless_markdown
+    from specguard_graph.bench.compare import lossless_markdown
 
     def res(texts):
         return {f"p{i}": {"text": t, "correct": False} for i, t in enumerate(texts)}
@@ -53,6 +54,27 @@ def test_lossless_methods_are_checked_against_the_target_text():
     assert "identical to `target`'s on 1 of 3 problems" in out
     assert "median of 2" in out
     assert lossless_markdown({"target": res(["a"]), "draft": res(["b"])}) == ""
+    # greedy SpecGuard that verifies every step must write the target's text too; below τ = 1,
+    # sampled, or rewriting, it need not
+    every = {"target": res(["abc"]), "specguard-greedy@tau=1": res(["abd"]),
+             "specguard-greedy@tau=0.9": res(["x"]), "specguard@tau=1": res(["x"]),
+             "specguard-greedy@tau=1+fallback=rewrite": res(["x"])}  # fmt: skip
+    out = lossless_markdown(every)
+    assert out.count("identical") == 1
+    assert "`specguard-greedy@tau=1` text identical to `target`'s on 0 of 1" in out
+
+
+def test_the_summary_gives_each_methods_time_per_written_token():
+    # draft wrote 100 tokens in 5 s (50 ms); a τ = 0 SpecGuard run 100 draft tokens in 6 s
+    # (60 ms: 1.2x the bare draft); the target method's tokens are the target's
+    results = {
+        "target": {"p": {"latency_s": 10.0, "correct": True, "tokens": 100}},
+        "draft": {"p": {"latency_s": 5.0, "correct": True, "tokens": 100}},
+        "specguard-greedy@tau=0": {"p": {"latency_s": 6.0, "correct": True, "steps": 4,
+                                         "draft_tokens": 100, "target_tokens": 0}},
+    }  # fmt: skip
+    rows = {r["method"]: r["ms_per_token"] for r in summarize(results)}
+    assert rows == pytest.approx({"target": 100.0, "draft": 50.0, "specguard-greedy@tau=0": 60.0})
 
 
 def test_paired_latency_ratio_is_the_median_of_per_problem_ratios():

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ..results import ResultLog
+from .compare import common_problems as _common
+from .compare import lossless_markdown, paired_markdown
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -31,11 +33,6 @@ def _tokens(method: str, r: dict[str, Any], model: str) -> int:
         return int(r[f"{model}_tokens"])
     writer = "draft" if method == "draft" else "target"
     return int(r.get("tokens", 0)) if writer == model else 0
-
-
-def _common(results: dict[str, dict[str, dict[str, Any]]]) -> set[str]:
-    """Problems every method has finished: the only fair ground for comparing them."""
-    return set.intersection(*(set(r) for r in results.values())) if results else set()
 
 
 def _paired_ratio(
@@ -75,8 +72,18 @@ def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, A
             "draft_tokens": statistics.mean(_tokens(method, r, "draft") for r in rs),
             "target_tokens": statistics.mean(_tokens(method, r, "target") for r in rs),
             "verify_share": sum(r.get("verify_s", 0.0) for r in rs) / total_time,
+            "ms_per_token": _ms_per_token(method, rs),
         })  # fmt: skip
     return rows
+
+
+def _ms_per_token(method: str, rs: list[dict[str, Any]]) -> float | None:
+    """Median over problems of the latency per token the method's models wrote (a rejected
+    candidate's tokens count): at τ = 0 every step is an accepted draft step, so this against
+    `draft`'s is what an accepted step costs beyond a bare draft decode."""
+    per = [1000 * r["latency_s"] / n for r in rs
+           if (n := _tokens(method, r, "draft") + _tokens(method, r, "target"))]  # fmt: skip
+    return statistics.median(per) if per else None
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -88,8 +95,8 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         f"Reproduce: `{command}`",
         "",
         "| method | n | accuracy (95% CI) | median latency s | vs target | paired vs target "
-        "| target share of steps | draft tok | target tok | verify share |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| target share of steps | draft tok | target tok | verify share | ms / token |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lo, hi = r["ci"]
@@ -99,72 +106,9 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
             f"{_fmt(r['latency_ratio'], '.2f')} | {_fmt(r['paired_ratio'], '.2f')} | "
             f"{_fmt(r['target_share'], '.2f')} | "
             f"{r['draft_tokens']:.0f} | {r['target_tokens']:.0f} | "
-            f"{100 * r['verify_share']:.1f} % |"
+            f"{100 * r['verify_share']:.1f} % | {_fmt(r['ms_per_token'], '.0f')} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def paired(results: dict[str, dict[str, dict[str, Any]]], a: str, b: str) -> dict[str, Any]:
-    """Which problems only `a` or only `b` solved, with the exact McNemar p-value.
-
-    Both methods see the same problems, so the discordant pairs carry the evidence; the
-    Wilson intervals of two accuracies overlap long after a paired test can tell them apart.
-    """
-    from scipy.stats import binomtest
-
-    common = _common(results)
-    ra, rb = results[a], results[b]
-    a_only = sum(bool(ra[i]["correct"]) and not rb[i]["correct"] for i in common)
-    b_only = sum(bool(rb[i]["correct"]) and not ra[i]["correct"] for i in common)
-    p = binomtest(a_only, a_only + b_only, 0.5).pvalue if a_only + b_only else 1.0
-    return {"n": len(common), "a_only": a_only, "b_only": b_only, "p": float(p)}
-
-
-def paired_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Every pair of methods once (upper triangle), as `row-only:column-only (p)`."""
-    methods = list(results)
-    if len(methods) < 2 or not _common(results):
-        return ""
-    lines = [
-        "Paired on the same problems — cell: solved only by the row method : only by the "
-        "column method (exact McNemar p, two-sided):",
-        "",
-        "| | " + " | ".join(methods[1:]) + " |",
-        "|---" * len(methods) + "|",
-    ]
-    for i, a in enumerate(methods[:-1]):
-        pairs = [paired(results, a, b) for b in methods[i + 1 :]]
-        cells = [""] * i + [f"{c['a_only']}:{c['b_only']} ({c['p']:.2g})" for c in pairs]
-        lines.append(f"| {a} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-LOSSLESS = ("sd", "sd-verify")  # methods whose text must equal the target's greedy text
-
-
-def lossless_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """For each lossless method: on how many problems its text is the target's, and where the
-    others first differ. A lossless method that differs shows the numerics are not faithful."""
-    if "target" not in results:
-        return ""
-    common = sorted(_common(results))
-    lines = []
-    for method in (m for m in LOSSLESS if m in results):
-        firsts = []
-        for i in common:
-            a, b = results[method][i]["text"], results["target"][i]["text"]
-            if a != b:
-                pairs = zip(a, b, strict=False)  # texts of different lengths: the shorter
-                firsts.append(next((j for j, (x, y) in enumerate(pairs) if x != y),
-                                   min(len(a), len(b))))  # fmt: skip
-        where = ""
-        if firsts:
-            where = f"; first differing character at a median of {statistics.median(firsts):.0f}"
-        lines.append(
-            f"`{method}` text identical to `target`'s on {len(common) - len(firsts)} of "
-            f"{len(common)} problems{where}."
-        )
-    return "\n".join(lines) + "\n" if lines else ""
 
 
 def kernels_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
