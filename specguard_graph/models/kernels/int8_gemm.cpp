@@ -10,7 +10,7 @@
 //
 // Weights are packed in blocks of 64 output channels, k-major: block b holds q[64b + j, k] at
 // [b][k][j], so one k step of a block is one 64-byte cache line and a one-row decode streams
-// each block front to back.
+// each block front to back. A thread's blocks are contiguous, so its weights are one stream.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -27,6 +27,7 @@ constexpr int64_t kMBlock = 120;  // rows per cache block of the many-row path
 constexpr int64_t kManyRows = 12; // from this many rows on, dequantise a weight block once
 constexpr int64_t kAhead = 16;    // cache lines (k steps) a decode prefetches ahead
 constexpr int64_t kMR = 6;        // rows per register tile of the many-row path
+constexpr int64_t kSlice = 256;   // k steps per slice of the few-row path (16 KB, L1-resident)
 
 inline __m256 widen(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
@@ -82,31 +83,91 @@ inline void tile_f(const float* xa, const float* wf, int64_t kc,
   }
 }
 
-// Few rows (decode, k sampled rows, a verification forward): blocks [b0, b1), whole k per block
-// so each block streams from memory once.
-template <int MR, int NP>
-void few(const float* x, int64_t K, const int8_t* w, float* y, int64_t N, const float* scale,
-         int64_t b0, int64_t b1) {
+// One row: blocks [b0, b1), the whole k per block, so each block streams from memory once.
+void one_row(const float* x, int64_t K, const int8_t* w, float* y, int64_t N, const float* scale,
+             int64_t b0, int64_t b1) {
   for (int64_t b = b0; b < b1; ++b)
-    for (int64_t j = 0; j < kBlock; j += NP * kSub)
-      tile_q<MR, NP>(x, K, w + b * K * kBlock + j, y + b * kBlock + j, N,
-                     scale + b * kBlock + j);
+    tile_q<1, 4>(x, K, w + b * K * kBlock, y + b * kBlock, N, scale + b * kBlock);
 }
 
+// MR rows x NP sub-columns over one slice [0, kc) of k, carrying the raw sums in y between
+// slices (a float32 store and load is exact, so the sum is unchanged) and scaling on the last.
+// It prefetches one line of the next slice every `passes` k steps: the slice's passes together
+// fetch the next slice once, so memory streams while these FMAs run from L1.
+template <int MR, int NP>
+inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, float* y,
+                   int64_t ldy, const float* scale, bool first, bool last, const int8_t* next,
+                   int64_t pass) {
+  constexpr int64_t passes = kBlock / (NP * kSub);  // a power of two: k % passes is a mask
+  __m256 acc[MR][2 * NP];
+  for (int r = 0; r < MR; ++r)
+    for (int h = 0; h < 2 * NP; ++h)
+      acc[r][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + r * ldy + 8 * h);
+  for (int64_t k = 0; k < kc; ++k) {
+    const int8_t* wk = w + k * kBlock;
+    if (next != nullptr && k % passes == 0)
+      _mm_prefetch((const char*)(next + (pass * kc + k) / passes * kBlock), _MM_HINT_T0);
+    for (int p = 0; p < NP; ++p) {
+      const __m256 w0 = widen(wk + p * kSub), w1 = widen(wk + p * kSub + 8);
+      for (int r = 0; r < MR; ++r) {
+        const __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+        acc[r][2 * p] = _mm256_fmadd_ps(a, w0, acc[r][2 * p]);
+        acc[r][2 * p + 1] = _mm256_fmadd_ps(a, w1, acc[r][2 * p + 1]);
+      }
+    }
+  }
+  for (int h = 0; h < 2 * NP; ++h) {
+    const __m256 s = _mm256_loadu_ps(scale + 8 * h);
+    for (int r = 0; r < MR; ++r)
+      _mm256_storeu_ps(y + r * ldy + 8 * h, last ? _mm256_mul_ps(acc[r][h], s) : acc[r][h]);
+  }
+}
+
+// One slice of one block: each pass of NP sub-columns, each group of up to six rows (two and
+// three rows take 32 columns per pass, four to six take 16: at most 12 accumulators).
+template <int NP>
+void slice(const float* x, int64_t m, int64_t K, int64_t kc, const int8_t* w, float* y,
+           int64_t N, const float* scale, bool first, bool last, const int8_t* next) {
+  constexpr int64_t kCols = NP * kSub;
+  for (int64_t j = 0; j < kBlock; j += kCols)
+    for (int64_t r = 0; r < m; r += kMR) {
+      const int8_t* pf = r == 0 ? next : nullptr;  // the first row group fetches the next slice
+      const float* xr = x + r * K;
+      float* yr = y + r * N + j;
+      const int64_t pass = j / kCols;
+#define SPECGUARD_TILE(MR_, NP_) \
+  tile_s<MR_, NP_>(xr, K, kc, w + j, yr, N, scale + j, first, last, pf, pass)
+      switch (std::min(kMR, m - r)) {
+        case 6: SPECGUARD_TILE(6, 1); break;
+        case 5: SPECGUARD_TILE(5, 1); break;
+        case 4: SPECGUARD_TILE(4, 1); break;
+        case 3: SPECGUARD_TILE(3, NP); break;
+        case 2: SPECGUARD_TILE(2, NP); break;
+        default: SPECGUARD_TILE(1, NP); break;
+#undef SPECGUARD_TILE
+      }
+    }
+}
+
+// Few rows (k sampled rows, a verification forward): the weights pass through L1 a slice at a
+// time, every row tile runs on a slice while the next one is fetched. Without the slices, the
+// later passes over a block ran after its stream had ended: 4 rows cost 1.73x one row, now 1.21x
+// (benchmarks/kernel_ab.py).
 void few_rows(const float* x, int64_t m, int64_t K, const int8_t* w, float* y, int64_t N,
               const float* scale, int64_t b0, int64_t b1) {
-  int64_t r = 0;
-  for (; r + kMR <= m; r += kMR) few<kMR, 1>(x + r * K, K, w, y + r * N, N, scale, b0, b1);
-  const float* xr = x + r * K;
-  float* yr = y + r * N;
-  switch (m - r) {
-    case 1: few<1, 4>(xr, K, w, yr, N, scale, b0, b1); break;
-    case 2: few<2, 2>(xr, K, w, yr, N, scale, b0, b1); break;
-    case 3: few<3, 2>(xr, K, w, yr, N, scale, b0, b1); break;
-    case 4: few<4, 1>(xr, K, w, yr, N, scale, b0, b1); break;
-    case 5: few<5, 1>(xr, K, w, yr, N, scale, b0, b1); break;
-    default: break;
-  }
+  if (m == 1) return one_row(x, K, w, y, N, scale, b0, b1);
+  const int8_t* end = w + b1 * K * kBlock;
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
+      const int64_t kc = std::min(kSlice, K - k0);
+      const int8_t* at = w + b * K * kBlock + k0 * kBlock;
+      const int8_t* next = std::min(at + kc * kBlock, end - kc * kBlock);  // the last: itself
+      const bool first = k0 == 0, last = k0 + kc == K;
+      if (m <= 3)
+        slice<2>(x + k0, m, K, kc, at, y + b * kBlock, N, scale + b * kBlock, first, last, next);
+      else
+        slice<1>(x + k0, m, K, kc, at, y + b * kBlock, N, scale + b * kBlock, first, last, next);
+    }
 }
 
 // Row tiles of one row block against one widened sub-column: xa holds the block's activations
