@@ -334,3 +334,7 @@ def test_the_doubled_braces_of_qwen_coders_template_still_parse():
     assert parse_calls(doubled).calls == [{"name": "add", "arguments": {"a": 1, "b": 2}}]
     assert parse_calls(f"<tool_call>\n{doubled}\n</tool_call>").calls[0]["name"] == "add"
     assert parse_calls(doubled + "\n" + doubled).calls[1]["arguments"] == {"a": 1, "b": 2}
+    # the form the embedded target wrote in benchmarks/agent_task.py: both closing braces doubled
+    four = '{{"name": "multiply", "arguments": {"a": 17, "b": 25}}}}'
+    assert parse_calls(four).calls == [{"name": "multiply", "arguments": {"a": 17, "b": 25}}]
+    assert parse_calls('{{"name": "f", "arguments": {}}} and then text').calls == []

@@ -47,9 +47,14 @@ def _loads(raw: str) -> Any:
         return json.loads(raw)
     except json.JSONDecodeError:
         raw = raw.strip()
-        if raw.startswith("{{") and raw.endswith("}}"):
-            return json.loads(raw[1:-1])
-        raise
+        if not (raw.startswith("{{") and raw.endswith("}}")):
+            raise
+        # the object after the first brace; the closing braces it doubled may be one or two
+        # more (`{{"name": "f", "arguments": {"a": 1}}}}` is seen as often as `...}}}`)
+        obj, end = json.JSONDecoder().raw_decode(raw[1:])
+        if raw[1 + end :].strip("}"):
+            raise
+        return obj
 
 
 def _json_call(raw: str) -> dict[str, Any]:

@@ -11,7 +11,8 @@ formats a chunk rounds differently, and `can_verify` says no.
 
 Three proposals per forward, chosen on torch's int8 kernel, whose four-row blocks made a forward
 of four tokens cost about what one of one token does; on the project's own kernel a 4-token
-forward of the target costs 1.93x a 1-token one (`models/lookup.py` gives the measurement).
+forward of the target costs 1.36x a 1-token one (1.93x before the
+few-row path streamed its slices) (`models/lookup.py` gives the measurement).
 """
 
 from __future__ import annotations
