@@ -12,7 +12,7 @@ Three proposals per forward, chosen on torch's int8 kernel: it works on blocks o
 a forward of four tokens cost about what one of one token did, and a fifth row ~50 % more. On
 the project's own kernel (`int8_kernel`, the default since issue 41) a forward of 4 tokens
 costs 1.36x one of 1 token on the target and 1.42x on the draft, and 3 tokens cost more than
-much as 4 (`benchmarks/forward_rows.py`, `benchmarks/results/engine/forward-rows.txt`): three
+4 (`benchmarks/forward_rows.py`, `benchmarks/results/engine/forward-rows.txt`): three
 proposals still pay when the target agrees with most of them. `benchmarks/lookup_speed.py`
 compares the two loops on recorded prefixes.
 """
