@@ -33,33 +33,6 @@ inline __m256 widen(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
 }
 
-// MR rows x NP sub-columns of 16 (within one block) over the whole k, int8 weights read
-// straight from the packed block (stride 64 per k), prefetched kAhead lines ahead.
-template <int MR, int NP>
-inline void tile_q(const float* x, int64_t K, const int8_t* w, float* y, int64_t ldy,
-                   const float* scale) {
-  __m256 acc[MR][2 * NP];
-  for (int r = 0; r < MR; ++r)
-    for (int h = 0; h < 2 * NP; ++h) acc[r][h] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    const int8_t* wk = w + k * kBlock;
-    _mm_prefetch((const char*)(wk + kAhead * kBlock), _MM_HINT_NTA);
-    for (int p = 0; p < NP; ++p) {
-      const __m256 w0 = widen(wk + p * kSub), w1 = widen(wk + p * kSub + 8);
-      for (int r = 0; r < MR; ++r) {
-        const __m256 a = _mm256_broadcast_ss(x + r * K + k);
-        acc[r][2 * p] = _mm256_fmadd_ps(a, w0, acc[r][2 * p]);
-        acc[r][2 * p + 1] = _mm256_fmadd_ps(a, w1, acc[r][2 * p + 1]);
-      }
-    }
-  }
-  for (int h = 0; h < 2 * NP; ++h) {
-    const __m256 s = _mm256_loadu_ps(scale + 8 * h);
-    for (int r = 0; r < MR; ++r)
-      _mm256_storeu_ps(y + r * ldy + 8 * h, _mm256_mul_ps(acc[r][h], s));
-  }
-}
-
 // The same sum with the weights already widened to float32: wf holds kc x 16 for one sub-column.
 template <int MR>
 inline void tile_f(const float* xa, const float* wf, int64_t kc,
@@ -83,18 +56,11 @@ inline void tile_f(const float* xa, const float* wf, int64_t kc,
   }
 }
 
-// One row: blocks [b0, b1), the whole k per block, so each block streams from memory once.
-void one_row(const float* x, int64_t K, const int8_t* w, float* y, int64_t N, const float* scale,
-             int64_t b0, int64_t b1) {
-  for (int64_t b = b0; b < b1; ++b)
-    tile_q<1, 4>(x, K, w + b * K * kBlock, y + b * kBlock, N, scale + b * kBlock);
-}
-
 // MR rows x NP sub-columns over one slice [0, kc) of k, carrying the raw sums in y between
 // slices (a float32 store and load is exact, so the sum is unchanged) and scaling on the last.
 // It prefetches one line of the next slice every `passes` k steps: the slice's passes together
 // fetch the next slice once, so memory streams while these FMAs run from L1.
-template <int MR, int NP>
+template <int MR, int NP, int HINT = _MM_HINT_T0>
 inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, float* y,
                    int64_t ldy, const float* scale, bool first, bool last, const int8_t* next,
                    int64_t pass) {
@@ -106,7 +72,7 @@ inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, flo
   for (int64_t k = 0; k < kc; ++k) {
     const int8_t* wk = w + k * kBlock;
     if (next != nullptr && k % passes == 0)
-      _mm_prefetch((const char*)(next + (pass * kc + k) / passes * kBlock), _MM_HINT_T0);
+      _mm_prefetch((const char*)(next + (pass * kc + k) / passes * kBlock), (_mm_hint)HINT);
     for (int p = 0; p < NP; ++p) {
       const __m256 w0 = widen(wk + p * kSub), w1 = widen(wk + p * kSub + 8);
       for (int r = 0; r < MR; ++r) {
@@ -121,6 +87,16 @@ inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, flo
     for (int r = 0; r < MR; ++r)
       _mm256_storeu_ps(y + r * ldy + 8 * h, last ? _mm256_mul_ps(acc[r][h], s) : acc[r][h]);
   }
+}
+
+// One row: blocks [b0, b1), the whole k as one slice
+// whose "next slice" is kAhead lines ahead: one pass, so a prefetch per k step, each block
+// streamed from memory once (NTA: a decode reads each weight once).
+void one_row(const float* x, int64_t K, const int8_t* w, float* y, int64_t N, const float* scale,
+             int64_t b0, int64_t b1) {
+  for (int64_t b = b0; b < b1; ++b)
+    tile_s<1, 4, _MM_HINT_NTA>(x, K, K, w + b * K * kBlock, y + b * kBlock, N, scale + b * kBlock,
+                               true, true, w + b * K * kBlock + kAhead * kBlock, 0);
 }
 
 // One slice of one block: each pass of NP sub-columns, each group of up to six rows (two and
