@@ -61,21 +61,41 @@ def test_the_verified_step_is_the_targets_own_token_for_token(base, delimiter, b
             assert after.candidates[0].token_ids == again.candidates[0].token_ids, name
 
 
-def test_right_proposals_save_forwards_and_are_counted(base):
+@pytest.mark.parametrize("k", [1, 3])
+def test_right_proposals_save_forwards_and_are_counted(base, k):
     target = formatted(base, "int8")
     prompt = SPEC.render_prompt(QUESTION, target.tokenizer)
     want, _ = rewrite(target, prompt, NEVER, 40)
     n = len(want.token_ids)
     _, own = verify_greedy(target, target.new_prefix(prompt), candidate=want.token_ids,
-                           delimiter=NEVER, max_new_tokens=40)  # fmt: skip
-    assert own.kept == n and own.forwards <= -(-n // 4) + 1
+                           delimiter=NEVER, max_new_tokens=40, k=k)  # fmt: skip
+    assert own.kept == n and own.forwards <= -(-(n - k - 1) // 4) + 2  # chunks grow to 4
+    draft = formatted(base, "int8")  # the target's twin: every proposal is right
+    calls = []
+    forward = draft.model.forward
+    draft.model.forward = lambda *a, **kw: (
+        calls.append(kw["input_ids"].shape[1]) or forward(*a, **kw)
+    )
     _, sd = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
-                          max_new_tokens=40, draft=target,
-                          draft_pc=target.new_prefix(prompt))  # fmt: skip
-    assert sd.kept == 0 and sd.drafted == sd.proposed > 0 and sd.forwards < n / 2
+                          max_new_tokens=40, draft=draft, draft_pc=draft.new_prefix(prompt),
+                          k=k)  # fmt: skip
+    assert sd.kept == 0 and sd.drafted == sd.proposed > 0
+    assert sd.forwards <= -(-n // (k + 1)) + 1
+    # one draft forward per proposal: the tokens it lacks ride in the forward that proposes
+    assert len(calls) == sd.proposed and max(calls[1:]) <= 2
     _, alone = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
-                             max_new_tokens=40)  # fmt: skip
+                             max_new_tokens=40, k=k)  # fmt: skip
     assert alone.forwards == n and alone.proposed == 0
+
+
+def test_the_engine_picks_how_many_proposals_a_forward_checks(base):
+    from specguard_graph.models import int8_kernel
+    from specguard_graph.models.verify import proposals
+
+    ours = formatted(base, "int8")
+    assert proposals(ours) == (1 if int8_kernel.load() is not None else 3)
+    with int8_kernel.torch_kernel():
+        assert proposals(formatted(base, "int8")) == 3
 
 
 def test_only_a_local_row_invariant_target_verifies(base):

@@ -9,10 +9,11 @@ writes, token for token and log-prob for log-prob, because a token scores the sa
 chunk as fed alone on the row-invariant CPU formats (`numerics.row_invariant`); on other
 formats a chunk rounds differently, and `can_verify` says no.
 
-Three proposals per forward, chosen on torch's int8 kernel, whose four-row blocks made a forward
-of four tokens cost about what one of one token does; on the project's own kernel a 4-token
-forward of the target costs 1.36x a 1-token one (1.93x before the
-few-row path streamed its slices) (`models/lookup.py` gives the measurement).
+How many proposals a forward checks follows the engine's costs (`proposals`): on the project's
+kernel a forward of 2 target tokens costs what one of 1 token does, 4 tokens 1.4-1.8x, and a
+draft forward is ~0.4 of a target one, so one proposal per forward is cheapest; the draft
+catches up on the target's tokens in the forward that makes its next proposal
+(`benchmarks/results/engine/forward-rows.txt`, `benchmarks/results/verify-k.txt`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,22 @@ import torch
 from .base import PrefixCache, Sample
 from .decoding import DelimiterWatch, cut_step, token_logprobs
 from .hf import LocalCausalLM, _common_prefix
+from .kv_cache import new_cache
 from .lookup import check_proposals
 from .numerics import row_invariant
 
-PROPOSE = 3
+CANDIDATE_CHUNK = 3
+"""Candidate tokens per forward once the target has agreed with a whole chunk of them: they
+cost no draft forward, so the longer 4-row forward pays while the target keeps agreeing."""
+
+
+def proposals(target: LocalCausalLM) -> int:
+    """Proposals per target forward on this engine: 1 on the project's kernel, where a forward
+    of 2 rows costs what one of 1 row does and the draft's own forward is the cost to save
+    (the pair agrees on ~89 % of proposals, so each forward yields ~1.9 tokens); 3 on torch's
+    kernel, whose four-row blocks make a 4-row forward cost about a 1-row one."""
+    ours = getattr(target.model.get_output_embeddings(), "_kernel", None) is not None
+    return 1 if ours else 3
 
 
 @dataclass
@@ -60,21 +73,27 @@ def can_verify(target: object) -> bool:
 
 @torch.inference_mode()
 def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int) -> list[int]:
-    """The draft's `k` greedy tokens after its context plus `after`; its cache keeps them, and
-    its next call crops what the context does not hold (`catch_up`'s common prefix)."""
-    work = PrefixCache(ids=[*pc.ids, *after], cache=pc.cache, cache_ids=pc.cache_ids)
-    out: list[int] = []
+    """The draft's `k` greedy tokens after its context plus `after`; its cache keeps them.
+
+    The tokens its cache lacks (the target's correction or bonus token, the last accepted
+    proposal) go in the same forward that yields the first proposal: on this engine a forward
+    of two rows costs about one of one row, so catching up is nearly free."""
+    ids = [*pc.ids, *after]
     with draft.lock:
-        draft.catch_up(work)
-        last = work.ids[-1]
+        if pc.cache is None:
+            pc.cache, pc.cache_ids = new_cache(draft.model.config), []
+        keep = min(_common_prefix(pc.cache_ids, ids), len(ids) - 1)  # feed at least one
+        if keep < len(pc.cache_ids):
+            pc.cache.crop(keep - len(pc.cache_ids))
+        feed, out = ids[keep:], []
+        pc.prefill_tokens += len(feed) - 1
         for _ in range(k):
-            x = torch.tensor([[last]], device=draft.device)
-            logits = draft.model(input_ids=x, cache=work.cache, use_cache=True).logits[0, -1]
-            work.cache_ids = [*work.cache_ids, last]
-            last = int(torch.nan_to_num(logits.float(), nan=0.0).argmax())
-            out.append(last)
-    pc.cache, pc.cache_ids = work.cache, work.cache_ids
-    pc.prefill_tokens += work.prefill_tokens
+            x = torch.tensor([feed], device=draft.device)
+            logits = draft.model(input_ids=x, cache=pc.cache, use_cache=True, logits_to_keep=1)
+            row = torch.nan_to_num(logits.logits[0, -1].float(), nan=0.0)
+            out.append(int(row.argmax()))
+            feed = [out[-1]]
+        pc.cache_ids = [*ids, *out[:-1]]
     pc.decode_tokens += len(out)
     return out
 
@@ -89,12 +108,13 @@ def verify_greedy(
     max_new_tokens: int,
     draft: LocalCausalLM | None = None,
     draft_pc: PrefixCache | None = None,
-    k: int = PROPOSE,
+    k: int | None = None,
 ) -> tuple[Sample, Verification]:
     """The target's greedy step after `pc.ids`, checked against `candidate` (token ids in the
     target's vocabulary) and then against `draft`'s proposals; returns it as a one-row
     `Sample` for `target.adopt`, exactly as `target.sample(pc, n=1, temperature=0.0,
     fork=False)` would, and what verifying it cost."""
+    k = proposals(target) if k is None else k
     if k < 1:
         raise ValueError("k (proposals per forward) must be >= 1")
     if (draft is None) != (draft_pc is None):
@@ -104,13 +124,13 @@ def verify_greedy(
     gen: list[int] = []
     lps: list[torch.Tensor] = []
     stats = Verification(0, len(candidate), 0, 0, 0)
-    on_candidate, done = True, False
+    on_candidate, done, chunk = True, False, k
     with target.lock:
         target.catch_up(pc)
         while not done:
             room = max_new_tokens - len(gen) - 1
             if on_candidate and len(gen) < len(candidate):
-                prop = list(candidate[len(gen) : len(gen) + min(k, room)])
+                prop = list(candidate[len(gen) : len(gen) + min(chunk, room)])
             else:
                 on_candidate = False
                 prop = propose(draft, draft_pc, gen, min(k, room)) if draft and room else []
@@ -127,6 +147,8 @@ def verify_greedy(
                 stats.drafted += _common_prefix(new, prop)
             elif gen != list(candidate[: len(gen)]):  # the target left the candidate
                 on_candidate = False
+            else:  # it keeps the candidate: check it in longer chunks (they cost no draft)
+                chunk = max(k, CANDIDATE_CHUNK)
             lps.append(token_logprobs(logits[: len(new)], torch.tensor(new)))
             pc.cache.crop(len(new) - 1 - len(prop))  # KV of the accepted proposals only
     pc.decode_tokens += len(gen)
