@@ -24,6 +24,7 @@ CONFIG = Path("benchmarks/results/gsm8k-100/calibrated.json")
 
 
 PLAIN = ["target", "draft", "sd", "sd-verify", "rsd"]
+COLOURS = ["black", "tab:red", "tab:purple", "tab:green", "tab:brown"]
 
 
 def methods_in(run: Path, like: set[str] | None = None) -> list[str]:
@@ -82,10 +83,10 @@ def plot(new: list[dict[str, Any]], old: list[dict[str, Any]], taus: tuple, path
                     )  # fmt: skip
         for r in rows:
             if r["method"] in PLAIN:
-                ax.plot(r["latency_ratio"], 100 * r["accuracy"], style, color="grey",
-                        mfc="none" if run == "old" else "grey")  # fmt: skip
-                ax.annotate(f"{r['method']} ({run})", (r["latency_ratio"], 100 * r["accuracy"]),
-                            textcoords="offset points", xytext=(4, 3), fontsize=7)  # fmt: skip
+                colour = COLOURS[PLAIN.index(r["method"])]
+                ax.plot(r["latency_ratio"], 100 * r["accuracy"], style, color=colour,
+                        mfc="none" if run == "old" else colour, ms=8,
+                        label=f"{r['method']} ({run})")  # fmt: skip
     ax.set_xlim(left=0)
     ax.set_xlabel("median latency, × the same run's target")
     ax.set_ylabel("accuracy (%)")
