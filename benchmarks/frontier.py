@@ -21,8 +21,6 @@ from specguard_graph.bench.plots import GOAL_POINTS, GOAL_RATIO, tau_series
 from specguard_graph.bench.report import load_results, summarize
 
 CONFIG = Path("benchmarks/results/gsm8k-100/calibrated.json")
-
-
 PLAIN = ["target", "draft", "sd", "sd-verify", "rsd"]
 COLOURS = ["black", "tab:red", "tab:purple", "tab:green", "tab:brown"]
 
@@ -62,7 +60,8 @@ def table(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(new: list[dict[str, Any]], old: list[dict[str, Any]], taus: tuple, path: Path) -> None:
+def plot(new: list[dict[str, Any]], old: list[dict[str, Any]], tau: float, path: Path) -> None:
+    """`tau`: the config's τ, the τ of `specguard-greedy` in both runs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,7 +73,7 @@ def plot(new: list[dict[str, Any]], old: list[dict[str, Any]], taus: tuple, path
                     color="tab:green", alpha=0.12,
                     label=f"goal: ≥ target − {GOAL_POINTS:g} points at ≤ {GOAL_RATIO}×",
                     )  # fmt: skip
-    for rows, tau, style, run in ((new, taus[0], "o", "verified"), (old, taus[1], "s", "old")):
+    for rows, style, run in ((new, "o", "verified"), (old, "s", "old")):
         for name, points in tau_series(rows, tau).items():
             ax.plot([r["latency_ratio"] for _, r in points],
                     [100 * r["accuracy"] for _, r in points], style + "-",
@@ -113,7 +112,7 @@ def main() -> None:
     print(table(new, old))
     if args.out:
         tau = float(json.loads(args.config.read_text())["tau"])
-        plot(new, old, (tau, tau), args.out)
+        plot(new, old, tau, args.out)
 
 
 if __name__ == "__main__":

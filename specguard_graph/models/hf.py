@@ -28,11 +28,8 @@ from .numerics import Quantize
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    pairs = enumerate(zip(a, b, strict=False))
+    return next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
 
 
 class LocalCausalLM:
@@ -139,17 +136,21 @@ class LocalCausalLM:
                 f"{self.name}'s window of {self.context_window} tokens"
             )
 
-    @torch.inference_mode()
-    def catch_up(self, pc: PrefixCache) -> None:
-        """Make the cache hold exactly ids[:-1], feeding only the tokens it lacks."""
-        want = pc.ids[:-1]
+    def reuse(self, pc: PrefixCache, want: Sequence[int]) -> list[int]:
+        """Crop the cache to its longest prefix shared with `want`; the tokens it then lacks."""
         if pc.cache is None:
             pc.cache, pc.cache_ids = new_cache(self.model.config), []
         keep = _common_prefix(pc.cache_ids, want)
         if keep < len(pc.cache_ids):
             pc.cache.crop(keep - len(pc.cache_ids))
             pc.cache_ids = pc.cache_ids[:keep]
-        new = want[keep:]
+        return list(want[keep:])
+
+    @torch.inference_mode()
+    def catch_up(self, pc: PrefixCache) -> None:
+        """Make the cache hold exactly ids[:-1], feeding only the tokens it lacks."""
+        want = pc.ids[:-1]
+        new = self.reuse(pc, want)
         if new:
             x = torch.tensor([new], device=self.device)
             self.model(input_ids=x, cache=pc.cache, use_cache=True, logits_to_keep=1)

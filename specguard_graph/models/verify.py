@@ -26,7 +26,6 @@ import torch
 from .base import PrefixCache, Sample
 from .decoding import DelimiterWatch, cut_step, token_logprobs
 from .hf import LocalCausalLM, _common_prefix
-from .kv_cache import new_cache
 from .lookup import check_proposals
 from .numerics import row_invariant
 
@@ -80,12 +79,7 @@ def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int)
     of two rows costs about one of one row, so catching up is nearly free."""
     ids = [*pc.ids, *after]
     with draft.lock:
-        if pc.cache is None:
-            pc.cache, pc.cache_ids = new_cache(draft.model.config), []
-        keep = min(_common_prefix(pc.cache_ids, ids), len(ids) - 1)  # feed at least one
-        if keep < len(pc.cache_ids):
-            pc.cache.crop(keep - len(pc.cache_ids))
-        feed, out = ids[keep:], []
+        feed, out = [*draft.reuse(pc, ids[:-1]), ids[-1]], []
         pc.prefill_tokens += len(feed) - 1
         for _ in range(k):
             x = torch.tensor([feed], device=draft.device)
