@@ -78,6 +78,12 @@ class SpecGuardConfig(BaseModel):
         False,
         description="pause on a rejected draft step; resume with accept, recompute or an edit",
     )
+    stop_doomed: bool = Field(
+        True,
+        description="stop drafting a step at the token whose log-prob leaves it no way to reach "
+        "tau (τ > 1 - β; one greedy-scored candidate, draft signals): the target verifies what "
+        "was drafted. Off: rejected steps are drafted whole, their signals complete",
+    )
 
     @model_validator(mode="after")
     def _check_ranges(self) -> SpecGuardConfig:

@@ -8,7 +8,7 @@ picks the most consistent of k candidates.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +39,20 @@ def decide_step(grounding: float, logprob: float, config: SpecGuardConfig) -> De
     lp = normalise(logprob, *config.logprob_range)
     score = config.beta * lp + (1.0 - config.beta) * g
     return Decision(g, lp, score, score >= config.tau)
+
+
+def doomed_below(config: SpecGuardConfig) -> Callable[[float], bool] | None:
+    """A test on one scored token's log-prob: true when it leaves the step no way to reach τ,
+    even with perfect grounding (the step's LPBV is a minimum, so it only falls as tokens
+    come). None where no log-prob can doom a step (τ ≤ 1 − β: grounding alone can pass it).
+    Asked of `decide_step` itself, so a step it dooms is one `decide` rejects."""
+    if decide_step(math.inf, -math.inf, config).accepted:
+        return None
+
+    def doomed(logprob: float) -> bool:
+        return not math.isnan(logprob) and not decide_step(math.inf, logprob, config).accepted
+
+    return doomed
 
 
 def decide_signals(

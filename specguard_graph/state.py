@@ -23,7 +23,7 @@ def add_numbers(left: dict[str, float] | None, right: dict[str, float] | None) -
 class CandidateRecord(TypedDict, total=False):
     text: str
     tokens: int
-    ended: Literal["delimiter", "eos", "length"]
+    ended: Literal["delimiter", "eos", "length", "doomed"]
     token_logprobs: list[float]
     pieces: list[str] | None  # each token's text, where the backend has tokens (for the view)
 

@@ -126,11 +126,17 @@ def test_a_rejected_step_is_verified_and_reads_as_the_rewrite(tiny):
         assert v["text"] == r["text"] and "verified" not in r
         assert set(v["verified"]) == {"kept", "candidate", "drafted", "proposed", "forwards"}
     # a draft that is the target: every rejected candidate is kept whole, in few forwards
-    same = _run(target, target, tiny.embedder)
+    same = _run(target, target, tiny.embedder, stop_doomed=False)
     for s in same["steps"]:
         v = s["verified"]
         assert v["kept"] == v["candidate"] == s["tokens"]
         assert v["forwards"] <= -(-s["tokens"] // 4) + 1
+    # drafted only to the token that doomed it (τ = 1): that much is kept, the rest is checked
+    cut = _run(target, target, tiny.embedder)
+    assert cut["text"] == same["text"]
+    for s in cut["steps"]:
+        v = s["verified"]
+        assert v["kept"] == v["candidate"] <= s["tokens"]
     # float32 weights cannot verify exactly: the target rewrites, and says so
     f32 = _run(tiny.draft, tiny.target, tiny.embedder)
     assert {s["fallback"] for s in f32["steps"]} == {"rewrite"}

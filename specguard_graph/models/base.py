@@ -16,7 +16,7 @@ import torch
 if TYPE_CHECKING:
     from .capture import AttentionCapture
 
-StepEnd = Literal["delimiter", "eos", "length"]
+StepEnd = Literal["delimiter", "eos", "length", "doomed"]
 
 
 @dataclass

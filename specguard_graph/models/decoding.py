@@ -25,6 +25,7 @@ Piece = Callable[[int], str]
 class Decoded:
     tokens: torch.Tensor  # rows x T generated ids (pad after a row has ended)
     logprobs: torch.Tensor  # rows x T, log p of each token under the raw distribution
+    doomed: list[int]  # per row: the tokens it had when `stop_if` ended it, else 0
 
 
 class DelimiterWatch:
@@ -84,9 +85,14 @@ def decode(
     eos_ids: Sequence[int],
     pad_id: int,
     watch: DelimiterWatch,
+    stop_if: Callable[[float], bool] | None = None,
 ) -> Decoded:
     """Generate up to `max_new_tokens` per row after `last` (one id per row, not yet in
-    `cache`), stopping a row at EOS or once its text holds the delimiter."""
+    `cache`), stopping a row at EOS or once its text holds the delimiter.
+
+    `stop_if(log p)` true for a token that the step will score (not the delimiter, EOS or the
+    budget's last token) ends its row there too: the step can no longer pass, so the tokens
+    after it would be drafted for nothing (`scoring.doomed_below`)."""
     device = next(model.parameters()).device
     rows = len(last)
     greedy = temperature <= 0.0
@@ -96,7 +102,8 @@ def decode(
     alive = torch.ones(rows, dtype=torch.bool, device=device)
     x = torch.tensor([[t] for t in last], device=device)
     tokens, logprobs = [], []
-    for _ in range(max_new_tokens):
+    doomed = [0] * rows
+    for t in range(max_new_tokens):
         logits = model(input_ids=x, cache=cache, use_cache=True).logits[:, -1].float()
         # raw log p (NaN stays NaN, so the step is flagged); sample from sanitised logits
         safe = torch.nan_to_num(logits, nan=0.0)
@@ -105,13 +112,16 @@ def decode(
         tokens.append(nxt)
         logprobs.append(token_logprobs(logits, nxt))
         ids, ended = nxt.tolist(), torch.isin(nxt, eos).tolist()
+        lps = logprobs[-1].tolist() if stop_if is not None else None
         for r, live in enumerate(alive.tolist()):
             if live and (ended[r] or watch.seen(r, ids[r])):
                 alive[r] = False
+            elif live and lps is not None and t + 1 < max_new_tokens and stop_if(lps[r]):
+                alive[r], doomed[r] = False, t + 1
         if not alive.any():
             break
         x = nxt[:, None]
-    return Decoded(torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1))
+    return Decoded(torch.stack(tokens, dim=1), torch.stack(logprobs, dim=1), doomed)
 
 
 def cut_step(
@@ -120,9 +130,12 @@ def cut_step(
     eos_ids: Sequence[int],
     detok: Callable[[Sequence[int]], str],
     logprobs: torch.Tensor | None,
+    doomed: int = 0,
 ) -> Candidate:
     """One row's generated ids as a step: cut after the token that completes the delimiter
-    (or at EOS, or where the budget ran out), with the log-probs of its scored tokens."""
+    (or at EOS, or where the budget ran out, or after the first `doomed` tokens), with the
+    log-probs of its scored tokens (a doomed step scores all, the one that doomed it too)."""
+    gen = gen[:doomed] if doomed else gen
     eos_at = next((i for i, t in enumerate(gen) if t in eos_ids), None)
     body = gen if eos_at is None else gen[:eos_at]
     full = detok(body)
@@ -136,8 +149,8 @@ def cut_step(
             else:
                 lo = mid + 1
         keep, scored, ended, text = body[: lo + 1], lo, "delimiter", full[:d]
-    elif eos_at is not None:
-        keep, scored, ended, text = body, len(body), "eos", full
+    elif eos_at is not None or doomed:
+        keep, scored, ended, text = body, len(body), "doomed" if doomed else "eos", full
     else:
         keep, scored, ended, text = body, max(len(body) - 1, 0), "length", full
     lps = [] if logprobs is None else logprobs[:scored].tolist()

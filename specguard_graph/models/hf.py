@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,10 +131,8 @@ class LocalCausalLM:
     def _check_window(self, pc: PrefixCache, new_tokens: int) -> None:
         need = len(pc.ids) + new_tokens
         if need > self.context_window:
-            raise InputError(
-                f"context of {len(pc.ids)} tokens plus {new_tokens} new exceeds "
-                f"{self.name}'s window of {self.context_window} tokens"
-            )
+            raise InputError(f"context of {len(pc.ids)} tokens plus {new_tokens} new exceeds "
+                             f"{self.name}'s window of {self.context_window} tokens")  # fmt: skip
 
     def reuse(self, pc: PrefixCache, want: Sequence[int]) -> list[int]:
         """Crop the cache to its longest prefix shared with `want`; the tokens it then lacks."""
@@ -171,11 +169,12 @@ class LocalCausalLM:
         seed: int = 0,
         capture_layers: frozenset[int] | None = None,
         fork: bool = True,
+        stop_if: Callable[[float], bool] | None = None,
     ) -> Sample:
         """Draw `n` candidate steps in one batched decode sharing the cached prefix.
 
         With `fork=False` (n = 1 only) the run's own cache is extended in place: use it when
-        the step will be kept whatever happens (the target's recompute)."""
+        the step will be kept whatever happens (the target's recompute); `stop_if`: `decode`'s."""
         if n < 1:
             raise ValueError("n must be >= 1")
         if not fork and n != 1:
@@ -195,6 +194,7 @@ class LocalCausalLM:
                     self.model, cache, [pc.ids[-1]] * n, max_new_tokens=max_new_tokens,
                     temperature=temperature, top_p=top_p, seed=seed, eos_ids=self.eos_ids,
                     pad_id=self.pad_id, watch=DelimiterWatch(self.piece, delimiter, n),
+                    stop_if=stop_if,
                 )  # fmt: skip
             total = out.tokens.shape[1]
             pc.decode_tokens += n * total
@@ -203,8 +203,8 @@ class LocalCausalLM:
         rows = [out.tokens[row].tolist() for row in range(n)]
         return Sample(
             candidates=[
-                cut_step(gen, delimiter, self.eos_ids, self.decode, out.logprobs[row])
-                for row, gen in enumerate(rows)
+                cut_step(gen, delimiter, self.eos_ids, self.decode, out.logprobs[row], cut)
+                for row, (gen, cut) in enumerate(zip(rows, out.doomed, strict=True))
             ],
             prefix_len=prefix,
             cache=cache,

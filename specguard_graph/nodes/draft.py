@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from langgraph.runtime import Runtime
 
+from ..config import SpecGuardConfig
 from ..context import RunContext
+from ..models import LocalCausalLM
+from ..scoring import doomed_below
 from ..state import SpecGuardState
 from .common import Deps, Update, emit, remaining_tokens, step_index, token_texts
 from .program import trim_candidate
+
+
+def stop_if(deps: Deps, cfg: SpecGuardConfig) -> Callable[[float], bool] | None:
+    """Where a draft token can doom its step (`scoring.doomed_below`) and nothing reads the
+    rest of it: a local draft's own log-probs decide, no vote of other candidates needs the
+    whole text, and no person is asked to accept the step as it is."""
+    if not cfg.stop_doomed or cfg.signal_model != "draft" or cfg.interrupt_on_reject:
+        return None
+    if cfg.adaptive_band is not None or not isinstance(deps.draft, LocalCausalLM):
+        return None
+    return doomed_below(cfg)
 
 
 def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) -> Update:
@@ -28,6 +43,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
     # attention is captured only where grounding counts: beta = 1 scores on log-probs alone
     needed = cfg.signal_model == "draft" and cfg.beta < 1.0
     capture = deps.draft.capture_layers(cfg.grounding_layers) if needed else None
+    stop = {"stop_if": doomed} if n == cfg.k == 1 and (doomed := stop_if(deps, cfg)) else {}
     sample = deps.draft.sample(
         session.draft,
         n=n,
@@ -37,6 +53,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
         top_p=cfg.top_p,
         seed=cfg.seed + index + (1_000_003 if widen else 0),
         capture_layers=capture,
+        **stop,
     )
     if widen and session.sample is not None and session.sample_step == index:
         sample = session.sample.merge(sample)
