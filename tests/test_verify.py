@@ -62,7 +62,8 @@ def test_the_verified_step_is_the_targets_own_token_for_token(base, delimiter, b
 
 
 @pytest.mark.parametrize("k", [1, 3])
-def test_right_proposals_save_forwards_and_are_counted(base, k):
+@pytest.mark.parametrize("lookup", [0, 2])
+def test_right_proposals_save_forwards_and_are_counted(base, k, lookup):
     target = formatted(base, "int8")
     prompt = SPEC.render_prompt(QUESTION, target.tokenizer)
     want, _ = rewrite(target, prompt, NEVER, 40)
@@ -78,24 +79,31 @@ def test_right_proposals_save_forwards_and_are_counted(base, k):
     )
     _, sd = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
                           max_new_tokens=40, draft=draft, draft_pc=draft.new_prefix(prompt),
-                          k=k)  # fmt: skip
+                          k=k, lookup=lookup)  # fmt: skip
     assert sd.kept == 0 and sd.drafted == sd.proposed > 0
-    assert sd.forwards <= -(-n // (k + 1)) + 1
-    # one draft forward per proposal: the tokens it lacks ride in the forward that proposes
-    assert len(calls) == sd.proposed and max(calls[1:]) <= 2
+    assert sd.forwards <= -(-(n - sd.found) // (k + 1)) + 1
+    # one draft forward per proposal: the tokens it lacks (the target's bonus token, the last
+    # proposal, the looked-up tokens it kept) ride in the forward that proposes
+    assert len(calls) == sd.proposed and max(calls[1:]) <= 2 + lookup
+    if lookup:  # this tiny model repeats itself: n-gram matches stretch the proposals
+        assert 0 < sd.found <= sd.looked_up and max(calls[1:]) > 2
+    else:
+        assert sd.looked_up == sd.found == 0
     _, alone = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
-                             max_new_tokens=40, k=k)  # fmt: skip
-    assert alone.forwards == n and alone.proposed == 0
+                             max_new_tokens=40, k=k, lookup=lookup)  # fmt: skip
+    assert alone.forwards == n and alone.proposed == alone.looked_up == 0
 
 
 def test_the_engine_picks_how_many_proposals_a_forward_checks(base):
     from specguard_graph.models import int8_kernel
-    from specguard_graph.models.verify import proposals
+    from specguard_graph.models.verify import lookup_tokens, proposals
 
     ours = formatted(base, "int8")
-    assert proposals(ours) == (1 if int8_kernel.load() is not None else 3)
+    kernel = int8_kernel.load() is not None
+    assert (proposals(ours), lookup_tokens(ours)) == ((1, 2) if kernel else (3, 0))
     with int8_kernel.torch_kernel():
-        assert proposals(formatted(base, "int8")) == 3
+        torchs = formatted(base, "int8")
+        assert (proposals(torchs), lookup_tokens(torchs)) == (3, 0)
 
 
 def test_only_a_local_row_invariant_target_verifies(base):
@@ -105,6 +113,9 @@ def test_only_a_local_row_invariant_target_verifies(base):
     with pytest.raises(ValueError, match="proposals per forward"):
         verify_greedy(formatted(base, "int8"), base.new_prefix("x"), candidate=[],
                       delimiter=NEVER, max_new_tokens=4, k=0)  # fmt: skip
+    with pytest.raises(ValueError, match="looked-up tokens per forward"):
+        verify_greedy(formatted(base, "int8"), base.new_prefix("x"), candidate=[],
+                      delimiter=NEVER, max_new_tokens=4, lookup=-1)  # fmt: skip
 
 
 def _run(draft, target, embedder, **cfg):
@@ -124,7 +135,8 @@ def test_a_rejected_step_is_verified_and_reads_as_the_rewrite(tiny):
     for v, r in zip(verify["steps"], rewrite["steps"], strict=True):
         assert (v["source"], v["fallback"], r["fallback"]) == ("target", "verify", "rewrite")
         assert v["text"] == r["text"] and "verified" not in r
-        assert set(v["verified"]) == {"kept", "candidate", "drafted", "proposed", "forwards"}
+        assert set(v["verified"]) == {"kept", "candidate", "drafted", "proposed", "forwards",
+                                      "looked_up", "found"}  # fmt: skip
     # a draft that is the target: every rejected candidate is kept whole, in few forwards
     same = _run(target, target, tiny.embedder, stop_doomed=False)
     for s in same["steps"]:

@@ -122,9 +122,10 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int,
     return solve
 
 
-def verified_sd(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int,
-                spec: StepSpec = SPEC, k: int | None = None) -> Solve:  # fmt: skip
-    """`k`: proposals per target forward (None: the engine's choice, `verify.proposals`)."""
+def verified_sd(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int, spec: StepSpec = SPEC,
+                k: int | None = None, lookup: int | None = None) -> Solve:  # fmt: skip
+    """`k`: proposals per target forward, `lookup`: looked-up tokens after them (None: the
+    engine's choice, `verify.proposals` and `verify.lookup_tokens`)."""
     from ..models.base import shared_vocab
     from ..models.verify import verify_greedy
 
@@ -137,7 +138,8 @@ def verified_sd(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int,
         pcs = [m.new_prefix(spec.render_prompt(question, m.tokenizer)) for m in (target, draft)]
         t0 = time.perf_counter()
         s, stats = verify_greedy(target, pcs[0], candidate=[], delimiter=NEVER, draft=draft,
-                                 max_new_tokens=max_tokens, draft_pc=pcs[1], k=k)  # fmt: skip
+                                 max_new_tokens=max_tokens, draft_pc=pcs[1], k=k,
+                                 lookup=lookup)  # fmt: skip
         text = s.candidates[0].text
         return {"text": text, "answer": spec.extract_answer(text),
                 "latency_s": time.perf_counter() - t0, "tokens": s.candidates[0].n_tokens,

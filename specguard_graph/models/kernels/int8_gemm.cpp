@@ -25,7 +25,6 @@ constexpr int64_t kSub = 16;      // output channels per register tile column (t
 constexpr int64_t kKBlock = 256;  // k per cache block of the many-row path
 constexpr int64_t kMBlock = 120;  // rows per cache block of the many-row path
 constexpr int64_t kManyRows = 12; // from this many rows on, dequantise a weight block once
-constexpr int64_t kAhead = 16;    // cache lines (k steps) a decode prefetches ahead
 constexpr int64_t kMR = 6;        // rows per register tile of the many-row path
 constexpr int64_t kSlice = 256;   // k steps per slice of the few-row path (16 KB, L1-resident)
 
@@ -59,9 +58,10 @@ inline void tile_f(const float* xa, const float* wf, int64_t kc,
 // MR rows x NP sub-columns over one slice [0, kc) of k, carrying the raw sums in y between
 // slices (a float32 store and load is exact, so the sum is unchanged) and scaling on the last.
 // It prefetches one line of the next slice every `passes` k steps: the slice's passes together
-// fetch the next slice once, so memory streams while these FMAs run from L1.
-template <int MR, int NP, int HINT = _MM_HINT_T0>
-inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, float* y,
+// fetch the next slice once, so memory streams while these FMAs run from L1. Always inlined:
+// where GCC chose not to, the 2- and 4-row forwards of the target ran 1.3-1.7x slower.
+template <int MR, int NP>
+__attribute__((always_inline)) inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, float* y,
                    int64_t ldy, const float* scale, bool first, bool last, const int8_t* next,
                    int64_t pass) {
   constexpr int64_t passes = kBlock / (NP * kSub);  // a power of two: k % passes is a mask
@@ -72,7 +72,7 @@ inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, flo
   for (int64_t k = 0; k < kc; ++k) {
     const int8_t* wk = w + k * kBlock;
     if (next != nullptr && k % passes == 0)
-      _mm_prefetch((const char*)(next + (pass * kc + k) / passes * kBlock), (_mm_hint)HINT);
+      _mm_prefetch((const char*)(next + (pass * kc + k) / passes * kBlock), _MM_HINT_T0);
     for (int p = 0; p < NP; ++p) {
       const __m256 w0 = widen(wk + p * kSub), w1 = widen(wk + p * kSub + 8);
       for (int r = 0; r < MR; ++r) {
@@ -89,35 +89,28 @@ inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, flo
   }
 }
 
-// One row: blocks [b0, b1), the whole k as one slice
-// whose "next slice" is kAhead lines ahead: one pass, so a prefetch per k step, each block
-// streamed from memory once (NTA: a decode reads each weight once).
-void one_row(const float* x, int64_t K, const int8_t* w, float* y, int64_t N, const float* scale,
-             int64_t b0, int64_t b1) {
-  for (int64_t b = b0; b < b1; ++b)
-    tile_s<1, 4, _MM_HINT_NTA>(x, K, K, w + b * K * kBlock, y + b * kBlock, N, scale + b * kBlock,
-                               true, true, w + b * K * kBlock + kAhead * kBlock, 0);
-}
-
-// One slice of one block: each pass of NP sub-columns, each group of up to six rows (two and
-// three rows take 32 columns per pass, four to six take 16: at most 12 accumulators).
+// One slice of one block: each pass of NP sub-columns, each group of rows. With NP = 2 (one to
+// three rows, 32 columns per pass) a group is at most two rows, 8 accumulators: a third row is
+// a second group over the same L1-resident slice, which measured cheaper than one tile of three
+// rows and 12 accumulators (3 target rows 1.47x one row -> 1.27x). With NP = 1 (four to six
+// rows, 16 columns per pass) a group is up to six rows, at most 12 accumulators.
 template <int NP>
 void slice(const float* x, int64_t m, int64_t K, int64_t kc, const int8_t* w, float* y,
            int64_t N, const float* scale, bool first, bool last, const int8_t* next) {
-  constexpr int64_t kCols = NP * kSub;
+  constexpr int64_t kCols = NP * kSub, kGroup = NP == 2 ? 2 : kMR;
   for (int64_t j = 0; j < kBlock; j += kCols)
-    for (int64_t r = 0; r < m; r += kMR) {
+    for (int64_t r = 0; r < m; r += kGroup) {
       const int8_t* pf = r == 0 ? next : nullptr;  // the first row group fetches the next slice
       const float* xr = x + r * K;
       float* yr = y + r * N + j;
       const int64_t pass = j / kCols;
 #define SPECGUARD_TILE(MR_, NP_) \
   tile_s<MR_, NP_>(xr, K, kc, w + j, yr, N, scale + j, first, last, pf, pass)
-      switch (std::min(kMR, m - r)) {
+      switch (std::min(kGroup, m - r)) {
         case 6: SPECGUARD_TILE(6, 1); break;
         case 5: SPECGUARD_TILE(5, 1); break;
         case 4: SPECGUARD_TILE(4, 1); break;
-        case 3: SPECGUARD_TILE(3, NP); break;
+        case 3: SPECGUARD_TILE(3, 1); break;  // NP = 1 only: NP = 2 groups hold two rows
         case 2: SPECGUARD_TILE(2, NP); break;
         default: SPECGUARD_TILE(1, NP); break;
 #undef SPECGUARD_TILE
@@ -125,13 +118,14 @@ void slice(const float* x, int64_t m, int64_t K, int64_t kc, const int8_t* w, fl
     }
 }
 
-// Few rows (k sampled rows, a verification forward): the weights pass through L1 a slice at a
-// time, every row tile runs on a slice while the next one is fetched. Without the slices, the
-// later passes over a block ran after its stream had ended: 4 rows cost 1.73x one row, now 1.21x
-// (benchmarks/kernel_ab.py).
+// Few rows (a decode, k sampled rows, a verification forward): the weights pass through L1 a
+// slice at a time, every row tile runs on a slice while the next one is fetched. Without the
+// slices, the later passes over a block ran after its stream had ended: 4 rows cost 1.73x one
+// row, now 1.21x. One row takes this path too: its own whole-k tile with NTA prefetches ran the
+// target's decode 1.19x slower on an AVX-512 Xeon, at most 5 % faster on an AVX2 EPYC
+// (`benchmarks/kernel_ab.py --model target`).
 void few_rows(const float* x, int64_t m, int64_t K, const int8_t* w, float* y, int64_t N,
               const float* scale, int64_t b0, int64_t b1) {
-  if (m == 1) return one_row(x, K, w, y, N, scale, b0, b1);
   const int8_t* end = w + b1 * K * kBlock;
   for (int64_t b = b0; b < b1; ++b)
     for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
