@@ -28,7 +28,12 @@ class SpecGuardConfig(BaseModel):
     )
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="draft nucleus sampling mass")
     beta: float = Field(0.3, ge=0.0, le=1.0, description="weight of the log-prob signal")
-    tau: float = Field(0.5, ge=0.0, le=1.0, description="accept threshold on the combined score")
+    tau: float = Field(
+        0.5,
+        ge=0.0,
+        description="accept threshold on the combined score, which lies in [0, 1]; above 1 no "
+        "step passes: every step is the target's (verified, lossless with fallback=verify)",
+    )
     grounding_layers: int = Field(3, ge=1, le=256, description="last decoder layers used")
     sparsify: float = Field(0.01, ge=0.0, lt=1.0, description="attention below this is zeroed")
     grounding_range: tuple[float, float] = Field(

@@ -290,7 +290,7 @@ def test_method_names_carry_validated_config_overrides():
     assert with_tau("specguard@k=2", 0.4) == "specguard@k=2+tau=0.4"
     assert with_tau("target", 0.4) == "target"
     for bad, msg in (("beam@tau=1", "unknown method"), ("target@tau=0.5", "only SpecGuard"),
-                     ("specguard@tau", "field=value"), ("specguard@tau=2", "tau"),
+                     ("specguard@tau", "field=value"), ("specguard@tau=-1", "tau"),
                      ("specguard@nope=1", "nope")):  # fmt: skip
         with pytest.raises(ConfigError, match=msg):
             parse(bad)

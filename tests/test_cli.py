@@ -55,7 +55,7 @@ def test_solve_live_view_shows_steps_and_answer(model_dirs):
     [
         (["   "], "question is empty"),
         (["--k", "0", "q"], "k:"),
-        (["--tau", "1.5", "q"], "tau:"),
+        (["--tau", "-0.5", "q"], "tau:"),
         (["--beta", "-1", "q"], "beta:"),
         (["--signal-model", "judge", "q"], "'judge' is not one of"),
         (["--steps", "poem", "q"], "'poem' is not one of"),

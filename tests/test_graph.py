@@ -65,7 +65,7 @@ def test_one_compiled_graph_takes_tau_and_k_per_run(tiny):
     assert [len(s["candidates"]) for s in one["steps"]] == [1, 1]
     assert [len(s["candidates"]) for s in low["steps"]] == [2, 2, 2]  # default k again
     with pytest.raises(ConfigError, match="tau"):
-        graph.invoke(Q, context={"tau": 1.5})
+        graph.invoke(Q, context={"tau": -0.5})
     no_vote = build_graph(tiny.draft, tiny.target, config=config.replace(k=1)).compile()
     with pytest.raises(ConfigError, match="embedder"):
         no_vote.invoke(Q, context={"k": 3})

@@ -47,7 +47,7 @@ def test_config_defaults_and_json_round_trip(tmp_path):
     "field, value",
     [
         ("k", 0),
-        ("tau", 1.5),
+        ("tau", -0.5),
         ("beta", -0.1),
         ("sparsify", 1.0),
         ("grounding_range", (0.5, 0.2)),

@@ -121,8 +121,9 @@ def test_only_a_local_row_invariant_target_verifies(base):
 def _run(draft, target, embedder, **cfg):
     from specguard_graph import SpecGuardConfig, build_graph
 
+    cfg = {"tau": 1.0, **cfg}
     config = SpecGuardConfig.make(k=1, temperature=0.0, max_steps=3, max_step_tokens=16,
-                                  seed=1, tau=1.0, **cfg)  # fmt: skip
+                                  seed=1, **cfg)  # fmt: skip
     graph = build_graph(draft, target, embedder=embedder, config=config).compile()
     return graph.invoke({"question": QUESTION})
 
@@ -169,3 +170,16 @@ def test_the_projects_own_sd_writes_the_targets_text(tiny, base):
     other.vocab = lambda: {"only": 0}  # a draft whose tokens are not the target's
     with pytest.raises(ConfigError, match="target's vocabulary"):
         make("sd-verify", other)
+
+
+def test_tau_above_one_verifies_even_a_perfect_scoring_step(tiny):
+    """Scores lie in [0, 1], so τ = 1 still accepts a step that scores 1; τ above 1 accepts none:
+    every step is the target's, which is what makes "verify everything" lossless."""
+    draft, target = formatted(tiny.draft, "int8"), formatted(tiny.target, "int8")
+    perfect = dict(grounding_range=(0.0, 1e-9), logprob_range=(-1e9, -1e8))  # every score 1
+    at_one = _run(draft, target, tiny.embedder, **perfect)
+    assert {s["source"] for s in at_one["steps"]} == {"draft"}
+    above = _run(draft, target, tiny.embedder, **{**perfect, "tau": 1.01})
+    rewrite = _run(draft, target, tiny.embedder, **{**perfect, "tau": 1.01}, fallback="rewrite")
+    assert {(s["source"], s["fallback"]) for s in above["steps"]} == {("target", "verify")}
+    assert above["text"] == rewrite["text"] and above["text"] != at_one["text"]

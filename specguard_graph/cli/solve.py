@@ -80,7 +80,7 @@ def solve(
     draft_model: DraftModel = None,
     target_model: TargetModel = None,
     k: Annotated[int | None, typer.Option(help="draft candidates per step")] = None,
-    tau: Annotated[float | None, typer.Option(help="accept threshold in [0, 1]")] = None,
+    tau: Annotated[float | None, typer.Option(help="accept threshold; > 1: target only")] = None,
     beta: Annotated[float | None, typer.Option(help="log-prob weight in [0, 1]")] = None,
     signal_model: Annotated[
         SignalModel | None, typer.Option(help="whose signals score a step")

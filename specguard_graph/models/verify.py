@@ -79,6 +79,12 @@ class Verification:
     looked_up: int = 0
     found: int = 0
 
+    def count(self, new: Sequence[int], prop: Sequence[int], drafted: int) -> None:
+        """What the target kept of `prop`: its first `drafted` tokens are the draft's."""
+        agreed = _common_prefix(new, prop)
+        self.drafted += min(agreed, drafted)
+        self.found += max(0, agreed - drafted)
+
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
 
@@ -116,6 +122,36 @@ def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int)
     return out
 
 
+def _checked(target: LocalCausalLM, pc: PrefixCache, max_new_tokens: int, k: int | None,
+             lookup: int | None, draft: object, draft_pc: object) -> tuple[int, int]:  # fmt: skip
+    """`verify_greedy`'s arguments checked, and k and lookup resolved for this engine."""
+    k = proposals(target) if k is None else k
+    lookup = lookup_tokens(target) if lookup is None else lookup
+    if k < 1:
+        raise ValueError("k (proposals per forward) must be >= 1")
+    if lookup < 0:
+        raise ValueError("lookup (looked-up tokens per forward) must be >= 0")
+    if (draft is None) != (draft_pc is None):
+        raise ValueError("draft and draft_pc come together")
+    target._check_window(pc, max_new_tokens)
+    return k, lookup
+
+
+class Stretch:
+    """The tokens that followed the draft's proposals where their last `LOOKUP_N` tokens occur
+    earlier in the context; `seq` is the context, which the caller grows as tokens come."""
+
+    def __init__(self, seq: list[int], most: int):
+        self.seq, self.most, self.index, self.indexed = seq, most, NgramIndex(LOOKUP_N), 0
+
+    def __call__(self, prop: Sequence[int], room: int) -> list[int]:
+        if not (self.most and prop):
+            return []
+        self.index.add(self.seq, self.indexed)  # the n-grams of the tokens added since
+        self.indexed = len(self.seq)
+        return self.index.propose([*self.seq[-LOOKUP_N:], *prop], min(self.most, room))
+
+
 @torch.inference_mode()
 def verify_greedy(
     target: LocalCausalLM,
@@ -129,20 +165,11 @@ def verify_greedy(
     k: int | None = None,
     lookup: int | None = None,
 ) -> tuple[Sample, Verification]:
-    """The target's greedy step after `pc.ids`, checked against `candidate` (token ids in the
-    target's vocabulary) and then against `draft`'s proposals, each stretched by up to `lookup`
-    tokens from an n-gram match in the context (None: the engine's choice); returns it as a
-    one-row `Sample` for `target.adopt`, exactly as `target.sample(pc, n=1, temperature=0.0,
-    fork=False)` would, and what verifying it cost."""
-    k = proposals(target) if k is None else k
-    lookup = lookup_tokens(target) if lookup is None else lookup
-    if k < 1:
-        raise ValueError("k (proposals per forward) must be >= 1")
-    if lookup < 0:
-        raise ValueError("lookup (looked-up tokens per forward) must be >= 0")
-    if (draft is None) != (draft_pc is None):
-        raise ValueError("draft and draft_pc come together")
-    target._check_window(pc, max_new_tokens)
+    """The target's greedy step after `pc.ids`, checked against `candidate` (target token ids),
+    then against `draft`'s proposals stretched by up to `lookup` looked-up tokens (None: the
+    engine's choice); as the one-row `Sample` that `target.sample(pc, n=1, temperature=0.0,
+    fork=False)` returns, for `target.adopt`, bit for bit, and what verifying it cost."""
+    k, lookup = _checked(target, pc, max_new_tokens, k, lookup, draft, draft_pc)
     eos, watch = set(target.eos_ids), DelimiterWatch(target.piece, delimiter, 1)
     gen: list[int] = []
     lps: list[torch.Tensor] = []
@@ -150,8 +177,7 @@ def verify_greedy(
     on_candidate, done, chunk = True, False, k
     with target.lock:
         target.catch_up(pc)
-        seq = list(pc.ids)  # the context the n-gram matches come from, grown with `gen`
-        index, indexed = (NgramIndex(LOOKUP_N) if lookup and draft else None), 0
+        stretch = Stretch(list(pc.ids), lookup if draft else 0)
         while not done:
             room = max_new_tokens - len(gen) - 1
             if on_candidate and len(gen) < len(candidate):
@@ -159,12 +185,9 @@ def verify_greedy(
             else:
                 on_candidate = False
                 prop = propose(draft, draft_pc, gen, min(k, room)) if draft and room else []
-                stats.proposed += len(prop)
-            drafted = len(prop)
-            if index is not None and not on_candidate and prop and room > len(prop):
-                index.add(seq, indexed)
-                indexed = len(seq)
-                prop += index.propose([*seq[-LOOKUP_N:], *prop], min(lookup, room - len(prop)))
+                drafted = len(prop)  # then stretched where the context continues it
+                prop += stretch(prop, room - drafted)
+                stats.proposed += drafted
                 stats.looked_up += len(prop) - drafted
             last = gen[-1] if gen else pc.ids[-1]
             logits, new = check_proposals(target, pc, last, prop, eos)
@@ -174,11 +197,9 @@ def verify_greedy(
                 if tok in eos or watch.seen(0, tok) or len(gen) >= max_new_tokens:
                     new, done = new[: i + 1], True
                     break
-            seq.extend(new)
+            stretch.seq.extend(new)
             if not on_candidate:
-                agreed = _common_prefix(new, prop)
-                stats.drafted += min(agreed, drafted)
-                stats.found += max(0, agreed - drafted)
+                stats.count(new, prop, drafted)
             elif gen != list(candidate[: len(gen)]):  # the target left the candidate
                 on_candidate = False
             else:  # it keeps the candidate: check it in longer chunks (they cost no draft)
