@@ -45,6 +45,7 @@ h1{font-size:18px}
 .bar s{position:absolute;top:-3px;bottom:-3px;width:2px;background:#000}
 .tokens{font-family:ui-monospace,monospace;white-space:pre-wrap;margin:6px 0;line-height:1.9}
 .tok{border-bottom:3px solid transparent;padding:1px 0}
+.tok.kept{outline:1px solid #4a4}
 .text{
   white-space:pre-wrap;
   font-family:ui-monospace,monospace;
@@ -83,7 +84,8 @@ def _g_colour(g: float) -> str:
     return f"rgba(40,90,220,{0.15 + 0.85 * a:.2f})"
 
 
-def _tokens(detail: Mapping[str, Any] | None) -> str:
+def _tokens(detail: Mapping[str, Any] | None, kept: int = 0) -> str:
+    """The step's tokens; the first `kept` outlined (the tokens the target verified as its own)."""
     if not detail or not detail.get("pieces"):
         return ""
     pieces, lps = detail["pieces"], detail.get("logprobs") or []
@@ -97,7 +99,8 @@ def _tokens(detail: Mapping[str, Any] | None) -> str:
         if i < len(ground):
             style += f"border-bottom-color:{_g_colour(ground[i])};"
             title.append(f"grounded {ground[i]:.2f}")
-        spans.append(f'<span class="tok" style="{style}" title="{_e(", ".join(title))}">'
+        cls = "tok kept" if i < kept else "tok"
+        spans.append(f'<span class="{cls}" style="{style}" title="{_e(", ".join(title))}">'
                      f"{_e(piece)}</span>")  # fmt: skip
     return f'<div class="tokens">{"".join(spans)}</div>'
 
@@ -122,6 +125,21 @@ def _spent(spent: Mapping[str, float] | None) -> str:
     return f' <span class="spent">({", ".join(parts)})</span>'
 
 
+def _verified(v: Mapping[str, int], fallback: str | None) -> str:
+    """How the target wrote a rejected step: what it kept of the draft's, and what it checked."""
+    if fallback == "rewrite":
+        return '<div class="verified">the target rewrote it token by token</div>'
+    if not v:
+        return ""
+    return (
+        f'<div class="verified">the target kept the first {v.get("kept", 0)} of '
+        f"{v.get('candidate', 0)} drafted tokens (outlined), then accepted "
+        f"{v.get('drafted', 0)} of {v.get('proposed', 0)} draft proposals and "
+        f"{v.get('found', 0)} of {v.get('looked_up', 0)} looked-up tokens, in "
+        f"{v.get('forwards', 0)} forwards</div>"
+    )
+
+
 def _step(step: Mapping[str, Any], more: Mapping[str, Any]) -> str:
     source = step.get("source", "draft")
     rejected = source == "target"
@@ -139,8 +157,10 @@ def _step(step: Mapping[str, Any], more: Mapping[str, Any]) -> str:
             "</div>")  # fmt: skip
     body = []
     if rejected:
+        v = step.get("verified") or more.get("verified") or {}
         body.append(f'<div class="why">recomputed: {_e(more.get("reason") or "")}</div>')
-        body.append("<div>the draft wrote:</div>" + _tokens(more.get("detail")))
+        body.append(f"<div>the draft wrote:</div>{_tokens(more.get('detail'), v.get('kept', 0))}")
+        body.append(_verified(v, step.get("fallback") or more.get("fallback")))
         if not (more.get("detail") or {}).get("pieces"):
             body.append(f'<div class="text">{_e(more.get("draft_text") or "")}</div>')
         body.append("<div>the target wrote instead:</div>")

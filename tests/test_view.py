@@ -47,6 +47,9 @@ def test_solve_html_shows_why_each_step_was_kept_or_recomputed(model_dirs_view, 
     rejected = sum(s["source"] == "target" for s in trace["steps"])
     assert dom.count('class="step rejected"') == rejected > 0
     assert dom.count("recomputed:") == rejected and "the target wrote instead" in dom
+    fallbacks = [s["fallback"] for s in trace["steps"] if s["source"] == "target"]
+    assert dom.count("the target kept the first") == fallbacks.count("verify")
+    assert dom.count("the target rewrote it") == fallbacks.count("rewrite")
     assert dom.count('class="tok"') > 10 and "background:rgba(220,40,40" in dom
     assert dom.count('<span class="spent">(draft ') == len(trace["steps"])  # time per model
     assert "What is 2 + 3?" in dom and "http" not in html.read_text().split("<body>")[0]
@@ -57,6 +60,9 @@ def test_a_40_step_run_stays_readable_and_view_reads_saved_traces(chromium, tmp_
     steps = [{"index": i, "text": f"Step {i}: 2 + {i} = {2 + i}.", "source": "draft" if i % 3
               else "target", "grounding": 0.6, "logprob": -1.5, "score": 0.6, "accepted": i % 3 > 0,
               "candidates": []} for i in range(40)]  # fmt: skip
+    for s in steps[::3]:  # the target kept the draft's first two tokens of four
+        s |= {"fallback": "verify", "verified": {"kept": 2, "candidate": 4, "drafted": 3,
+                                                 "proposed": 4, "forwards": 4}}  # fmt: skip
     detail = [{"tau": 0.5, "reason": None if i % 3 else "score 0.4 < tau 0.5",
                "detail": {"pieces": ["Step", f" {i}", ":", " ok"], "logprobs": [-0.1, -3, -0.2],
                           "grounding": [0.9, 0.2, 0.5]}} for i in range(40)]  # fmt: skip
@@ -70,6 +76,8 @@ def test_a_40_step_run_stays_readable_and_view_reads_saved_traces(chromium, tmp_
     assert out.read_text() == page([trace])
     dom, shot = render(chromium, out, tmp_path)
     assert dom.count('<section class="step') == 40 and dom.count("step rejected") == 14
+    assert dom.count("the target kept the first 2 of 4 drafted tokens") == 14
+    assert dom.count('class="tok kept"') == 2 * 14
     assert shot.stat().st_size > 10_000
 
 
