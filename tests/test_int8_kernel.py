@@ -41,11 +41,12 @@ def test_every_row_is_the_same_sum_whatever_the_rows_fed_with_it() -> None:
     blocks = kernel.pack(q)
     x = torch.randn(300, 700, generator=torch.Generator().manual_seed(2))
     y = kernel.mm(x, blocks, scale)  # 300 rows: several 120-row blocks, 6-row tiles
-    # every row count of the few-row path (1..11: one row, 2-3 rows at 32 columns a pass, 4-6
-    # at 16, 7-11 as a 6-row tile and the rest, k in slices of 256 with a partial last one),
-    # the switch to the many-row path (12), partial tiles and a row block boundary (120)
+    # every row count of the few-row path (1..11: one to three rows at 32 columns a pass in
+    # groups of two, 4-6 at 16, 7-11 as a 6-row tile and the rest, 9 = 6 + 3 among them, k in
+    # slices of 256 with a partial last one), the switch to the many-row path (12), partial
+    # tiles and a row block boundary (120)
     for a, b in [(0, 1), (7, 8), (0, 2), (3, 6), (2, 6), (0, 5), (4, 10), (5, 16), (0, 11),
-                 (0, 12), (1, 13)]:  # fmt: skip
+                 (0, 9), (1, 10), (0, 12), (1, 13)]:  # fmt: skip
         assert torch.equal(kernel.mm(x[a:b], blocks, scale), y[a:b]), (a, b)
     for a, b in [(100, 163), (119, 121), (250, 300)]:
         assert torch.equal(kernel.mm(x[a:b], blocks, scale), y[a:b]), (a, b)

@@ -10,18 +10,20 @@ chunk as fed alone on the row-invariant CPU formats (`numerics.row_invariant`); 
 formats a chunk rounds differently, and `can_verify` says no.
 
 How many proposals a forward checks follows the engine's costs (`proposals`): on the project's
-kernel a forward of 2 target tokens costs what one of 1 token does, 4 tokens 1.4-1.8x, and a
-draft forward is ~0.4 of a target one, so one proposal per forward is cheapest; the draft
-catches up on the target's tokens in the forward that makes its next proposal
-(`benchmarks/results/engine/forward-rows.txt`, `benchmarks/results/verify-k.txt`).
+kernel a forward of 2 target tokens costs what one of 1 token does, 4 tokens 1.2-1.8x by
+machine, and a draft forward is 0.35-0.45 of a target one, so one proposal per forward is
+cheapest; the draft catches up on the target's tokens in the forward that makes its next
+proposal (`benchmarks/results/engine/forward-rows.txt`, `benchmarks/results/verify-k.txt`).
 
 The draft's proposals are stretched for free where the text so far continues them: if the
 prompt or the tokens written so far hold the proposal's last two tokens, the tokens that
-followed there ride in the same target forward (`lookup`, prompt-lookup decoding on top of the
-draft). A worked problem repeats its numbers and phrases: on the first 30 gsm8k problems the
-target's next token after an accepted proposal is the looked-up one at 35 % of positions, and a
-forward of 4 rows costs ~1.2x one of 2 on the project's kernel, so an extension pays when
-its first token is right a fifth of the time (`benchmarks/verify_k.py --lookup`).
+followed there ride in the same target forward (`Stretch`, prompt-lookup decoding on top of
+the draft). A worked problem repeats its numbers and phrases: in the target's texts of the
+first 30 gsm8k problems, the token after a proposal is the looked-up one at 35 % of positions,
+and a forward of 4 rows costs ~1.2x one of 2 on the project's kernel, so a stretch pays when
+its first token is right about a fifth of the time. Measured: 0.81x -> 0.73x the target's
+time on 4 problems, the same text (`benchmarks/verify_k.py --lookup 0 2`,
+`benchmarks/results/verify-lookup.txt`).
 """
 
 from __future__ import annotations
