@@ -9,7 +9,7 @@ STEP_KEYS = (
     "index", "text", "source", "grounding", "logprob", "score", "accepted", "candidates", "cut",
 )  # fmt: skip
 DETAIL_KEYS = ("reason", "draft_text", "selected", "candidate_signals", "detail", "spent",
-               "time_s", "tau", "dropped")  # fmt: skip
+               "time_s", "tau", "dropped", "fallback", "verified")  # fmt: skip
 TIMING_KEYS = ("total_s", "draft_s", "verify_s", "target_s")
 COUNT_KEYS = ("steps", "target_steps", "draft_tokens", "target_tokens")
 

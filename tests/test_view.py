@@ -47,7 +47,8 @@ def test_solve_html_shows_why_each_step_was_kept_or_recomputed(model_dirs_view, 
     rejected = sum(s["source"] == "target" for s in trace["steps"])
     assert dom.count('class="step rejected"') == rejected > 0
     assert dom.count("recomputed:") == rejected and "the target wrote instead" in dom
-    fallbacks = [s["fallback"] for s in trace["steps"] if s["source"] == "target"]
+    fallbacks = [d["fallback"] for s, d in zip(trace["steps"], trace["detail"], strict=True)
+                 if s["source"] == "target"]  # fmt: skip
     assert dom.count("the target kept the first") == fallbacks.count("verify")
     assert dom.count("the target rewrote it") == fallbacks.count("rewrite")
     assert dom.count('class="tok"') > 10 and "background:rgba(220,40,40" in dom
