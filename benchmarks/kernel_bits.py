@@ -1,6 +1,6 @@
 """The int8 kernel's contract on any x86-64 CPU with torch, without the package installed.
 
-    python3 benchmarks/kernel_bits.py      # from the repository root; compiles into a temp dir
+    python3 benchmarks/kernel_bits.py      # compiles into a temp dir
 
 Compiles `kernels/int8_gemm.cpp` as the package does and checks, on the target's matrix sizes
 and two odd ones, that every output is one fixed sum: the same bits whatever rows are fed with
@@ -11,12 +11,22 @@ and within float32 rounding of a float64 product. Written to check a lent machin
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.cpp_extension import load_inline
+
+# the package's kernel module read as a file (its sources and flags, no other import), so this
+# runs where the package's dependencies are not installed
+_SPEC = importlib.util.spec_from_file_location(
+    "int8_kernel", Path(__file__).parents[1] / "specguard_graph/models/int8_kernel.py"
+)
+int8_kernel = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(int8_kernel)
 
 SPLITS = [(0, 1), (7, 8), (0, 2), (0, 3), (3, 6), (2, 6), (0, 5), (0, 6), (0, 7), (0, 9),
           (1, 10), (0, 11), (0, 12), (1, 13), (100, 163), (119, 121), (250, 300)]  # fmt: skip
@@ -30,10 +40,10 @@ def main() -> None:
     print(model.split(":", 1)[1].strip(), "|", isa, "| torch", torch.__version__)
     where = os.environ.get("SPECGUARD_KERNEL_DIR") or tempfile.mkdtemp()
     t = time.time()
-    kernel = load_inline("kernel_bits", cpp_sources=[open(
-        "specguard_graph/models/kernels/int8_gemm.cpp").read()], functions=["pack", "mm"],
-        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
-        build_directory=where)  # fmt: skip
+    gemm = next(f for f in int8_kernel.SOURCES if f.name == "int8_gemm.cpp")
+    kernel = load_inline("kernel_bits", cpp_sources=[gemm.read_text()], functions=["pack", "mm"],
+                         extra_cflags=int8_kernel.FLAGS, extra_ldflags=["-fopenmp"],
+                         build_directory=where)  # fmt: skip
     print(f"built in {time.time() - t:.0f} s")
     g, bad = torch.Generator().manual_seed(0), 0
     for n, k in SHAPES:

@@ -157,10 +157,10 @@ def _step(step: Mapping[str, Any], more: Mapping[str, Any]) -> str:
             "</div>")  # fmt: skip
     body = []
     if rejected:
-        v = step.get("verified") or more.get("verified") or {}
+        v = more.get("verified") or {}
         body.append(f'<div class="why">recomputed: {_e(more.get("reason") or "")}</div>')
         body.append(f"<div>the draft wrote:</div>{_tokens(more.get('detail'), v.get('kept', 0))}")
-        body.append(_verified(v, step.get("fallback") or more.get("fallback")))
+        body.append(_verified(v, more.get("fallback")))
         if not (more.get("detail") or {}).get("pieces"):
             body.append(f'<div class="text">{_e(more.get("draft_text") or "")}</div>')
         body.append("<div>the target wrote instead:</div>")

@@ -61,12 +61,12 @@ def test_a_40_step_run_stays_readable_and_view_reads_saved_traces(chromium, tmp_
     steps = [{"index": i, "text": f"Step {i}: 2 + {i} = {2 + i}.", "source": "draft" if i % 3
               else "target", "grounding": 0.6, "logprob": -1.5, "score": 0.6, "accepted": i % 3 > 0,
               "candidates": []} for i in range(40)]  # fmt: skip
-    for s in steps[::3]:  # the target kept the draft's first two tokens of four
-        s |= {"fallback": "verify", "verified": {"kept": 2, "candidate": 4, "drafted": 3,
-                                                 "proposed": 4, "forwards": 4}}  # fmt: skip
     detail = [{"tau": 0.5, "reason": None if i % 3 else "score 0.4 < tau 0.5",
                "detail": {"pieces": ["Step", f" {i}", ":", " ok"], "logprobs": [-0.1, -3, -0.2],
                           "grounding": [0.9, 0.2, 0.5]}} for i in range(40)]  # fmt: skip
+    for d in detail[::3]:  # the target kept the draft's first two tokens of four
+        d |= {"fallback": "verify", "verified": {"kept": 2, "candidate": 4, "drafted": 3,
+                                                 "proposed": 4, "forwards": 4}}  # fmt: skip
     trace = {"question": "forty steps", "answer": "42", "status": "max_steps", "steps": steps,
              "detail": detail, "timing": {"total_s": 12.0}}  # fmt: skip
     saved = tmp_path / "runs.jsonl"

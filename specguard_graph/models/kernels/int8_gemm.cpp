@@ -61,9 +61,10 @@ inline void tile_f(const float* xa, const float* wf, int64_t kc,
 // fetch the next slice once, so memory streams while these FMAs run from L1. Always inlined:
 // where GCC chose not to, the 2- and 4-row forwards of the target ran 1.3-1.7x slower.
 template <int MR, int NP>
-__attribute__((always_inline)) inline void tile_s(const float* x, int64_t ldx, int64_t kc, const int8_t* w, float* y,
-                   int64_t ldy, const float* scale, bool first, bool last, const int8_t* next,
-                   int64_t pass) {
+__attribute__((always_inline)) inline void tile_s(const float* x, int64_t ldx, int64_t kc,
+                                                  const int8_t* w, float* y, int64_t ldy,
+                                                  const float* scale, bool first, bool last,
+                                                  const int8_t* next, int64_t pass) {
   constexpr int64_t passes = kBlock / (NP * kSub);  // a power of two: k % passes is a mask
   __m256 acc[MR][2 * NP];
   for (int r = 0; r < MR; ++r)
@@ -92,7 +93,7 @@ __attribute__((always_inline)) inline void tile_s(const float* x, int64_t ldx, i
 // One slice of one block: each pass of NP sub-columns, each group of rows. With NP = 2 (one to
 // three rows, 32 columns per pass) a group is at most two rows, 8 accumulators: a third row is
 // a second group over the same L1-resident slice, which measured cheaper than one tile of three
-// rows and 12 accumulators (3 target rows 1.47x one row -> 1.27x). With NP = 1 (four to six
+// rows and 12 accumulators (a 3-row target forward: 0.85x the time). With NP = 1 (four to six
 // rows, 16 columns per pass) a group is up to six rows, at most 12 accumulators.
 template <int NP>
 void slice(const float* x, int64_t m, int64_t K, int64_t kc, const int8_t* w, float* y,
@@ -122,8 +123,8 @@ void slice(const float* x, int64_t m, int64_t K, int64_t kc, const int8_t* w, fl
 // slice at a time, every row tile runs on a slice while the next one is fetched. Without the
 // slices, the later passes over a block ran after its stream had ended: 4 rows cost 1.73x one
 // row, now 1.21x. One row takes this path too: its own whole-k tile with NTA prefetches ran the
-// target's decode 1.19x slower on an AVX-512 Xeon, at most 5 % faster on an AVX2 EPYC
-// (`benchmarks/kernel_ab.py --model target`).
+// target's decode 1.15-1.27x slower on an AVX-512 Xeon, at most 5 % faster on an AVX2 EPYC
+// (`benchmarks/kernel_ab.py --model target`, `benchmarks/results/engine/kernel-ab-one-row.txt`).
 void few_rows(const float* x, int64_t m, int64_t K, const int8_t* w, float* y, int64_t N,
               const float* scale, int64_t b0, int64_t b1) {
   const int8_t* end = w + b1 * K * kBlock;
