@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from .config import SpecGuardConfig
@@ -68,22 +70,27 @@ def decide_signals(
 
 
 def grounding_score(
-    attentions: Sequence[torch.Tensor], prefix_len: int, *, sparsify: float = 0.01
+    attentions: Sequence[Any], prefix_len: int, *, sparsify: float = 0.01
 ) -> tuple[float, list[float]]:
     """Return (ABGV, per-token grounded mass) for one step.
 
-    `attentions` holds one tensor per used layer, oldest first, each heads x S x N with
-    N = prefix_len + S: the attention rows of the step tokens over every key. Prefix rows
-    attend only to the prefix, so mass that reaches the prefix stays there and rollout
-    reduces to a recursion over the S x S block of the step.
+    `attentions` holds one array per used layer (a CPU tensor or anything numpy reads),
+    oldest first, each heads x S x N with N = prefix_len + S: the attention rows of the step
+    tokens over every key. Prefix rows attend only to the prefix, so mass that reaches the
+    prefix stays there and rollout reduces to a recursion over the S x S block of the step.
+
+    The math is numpy's, on one thread, not torch's: LangGraph runs this node beside the
+    log-prob node on an executor thread, and a torch op there starts a second OpenMP team,
+    after which the decode's worker sleeps between kernels instead of spinning (an accepted
+    step then cost 1.3x a bare draft decode; docs/numerics.md, "One OpenMP team").
     """
     if len(attentions) == 0:
         raise ValueError("grounding_score needs at least one layer of attention")
     if prefix_len < 0:
         raise ValueError("prefix_len must be >= 0")
-    mass: torch.Tensor | None = None
+    mass: np.ndarray | None = None
     for layer, att in enumerate(attentions):
-        a = torch.as_tensor(att, dtype=torch.float64)
+        a = np.array(att, dtype=np.float64)  # a copy: sparsify writes in place
         if a.ndim != 3:
             raise ValueError(f"layer {layer}: expected heads x S x N, got shape {tuple(a.shape)}")
         _, steps, keys = a.shape
@@ -91,18 +98,19 @@ def grounding_score(
             raise ValueError("grounding_score needs at least one step token")
         if keys != prefix_len + steps:
             raise ValueError(f"layer {layer}: N={keys} but prefix_len + S = {prefix_len} + {steps}")
-        if not torch.isfinite(a).all():
+        if not np.isfinite(a).all():
             raise ValueError(f"layer {layer}: attention contains NaN or inf")
-        if mass is not None and steps != mass.numel():
+        if mass is not None and steps != mass.size:
             raise ValueError("all layers must have the same number of step tokens")
         if sparsify > 0:
-            a = torch.where(a < sparsify, torch.zeros_like(a), a)
-        rows = 0.5 * a.mean(dim=0)
-        idx = torch.arange(steps)
+            a[a < sparsify] = 0.0
+        rows = 0.5 * a.mean(axis=0)
+        idx = np.arange(steps)
         rows[idx, prefix_len + idx] += 0.5
-        rows = rows / rows.sum(dim=-1, keepdim=True)
-        prev = torch.zeros(steps, dtype=torch.float64) if mass is None else mass
-        mass = rows[:, :prefix_len].sum(dim=-1) + rows[:, prefix_len:] @ prev
+        rows /= rows.sum(axis=-1, keepdims=True)
+        prev = np.zeros(steps) if mass is None else mass
+        # einsum's own loop, not BLAS: OpenBLAS would start threads of its own
+        mass = rows[:, :prefix_len].sum(axis=-1) + np.einsum("ij,j->i", rows[:, prefix_len:], prev)
     assert mass is not None
     return float(mass.min()), mass.tolist()
 
@@ -110,10 +118,10 @@ def grounding_score(
 def logprob_score(token_logprobs: Sequence[float] | torch.Tensor) -> float:
     """min_t log p(y_t | prefix, y_<t) over the scored tokens of one step: one guessed number
     in a confident-looking step is not rescued by its easy tokens."""
-    values = torch.as_tensor(token_logprobs, dtype=torch.float64).flatten()
-    if values.numel() == 0:
+    values = np.asarray(token_logprobs, dtype=np.float64).ravel()  # numpy: see grounding_score
+    if values.size == 0:
         raise ValueError("logprob_score needs at least one token log-probability")
-    if torch.isnan(values).any():
+    if np.isnan(values).any():
         raise ValueError("token log-probabilities contain NaN")
     lp = float(values.min())
     if lp > 0.0 and not math.isclose(lp, 0.0, abs_tol=1e-6):

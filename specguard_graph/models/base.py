@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -100,11 +101,13 @@ class Sample:
             if len(calls) < s + 1:
                 raise ValueError(f"layer {layer}: {len(calls)} captured calls, need {s + 1}")
             heads = calls[0].shape[1]
-            att = torch.zeros(heads, s, p + s, dtype=torch.float32)
+            # built in numpy: the grounding node runs on an executor thread, where a torch
+            # op would start a second OpenMP team (`scoring.grounding_score`)
+            att = np.zeros((heads, s, p + s), dtype=np.float32)
             for t in range(1, s + 1):  # call 0 is the last prefix token's row
-                r = calls[t][row, :, -1, :]
+                r = calls[t][row, :, -1, :].cpu().numpy()
                 att[:, t - 1, : r.shape[-1]] = r
-            out.append(att)
+            out.append(torch.from_numpy(att))
         return out
 
 
