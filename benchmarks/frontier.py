@@ -2,8 +2,9 @@
 
 Issue 37 re-measures the τ frontier with the verified fallback; the old frontier (rewrite
 fallback) is read from its committed records, restricted to the same problems, so the two sit
-on one plot and in one table. Ratios are to each run's own target (each run interleaved its
-methods per problem), so two runs on machines of different speed still compare.
+on one plot and in one table; the old run's `sd` (transformers' assisted generation, the
+reference lossless row) comes with it. Ratios are to each run's own target (each run
+interleaved its methods per problem), so two runs on machines of different speed still compare.
 
     .venv/bin/python benchmarks/frontier.py benchmarks/results/gsm8k-30-verify \
         benchmarks/results/gsm8k-100 --out benchmarks/results/gsm8k-30-verify/frontier.png
@@ -107,7 +108,7 @@ def main() -> None:
     args = ap.parse_args()
     names = methods_in(args.new)
     new, ids = rows_of(args.new, names)
-    old, _ = rows_of(args.old, methods_in(args.old, {*names, "specguard-greedy"}), ids)
+    old, _ = rows_of(args.old, methods_in(args.old, {*names, "specguard-greedy", "sd"}), ids)
     print(f"{len(ids)} problems: {args.new} (new) beside {args.old} (old), same problems\n")
     print(table(new, old))
     if args.out:
