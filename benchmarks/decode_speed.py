@@ -36,10 +36,10 @@ from pathlib import Path
 import torch
 
 from specguard_graph.machine import describe
-from specguard_graph.models import numerics
-from specguard_graph.models.hf import LocalCausalLM
-from specguard_graph.models.kv_cache import new_cache
 from specguard_graph.models.loading import OPTIONS, load_lm
+from specguard_graph.models.local import numerics
+from specguard_graph.models.local.hf import LocalCausalLM
+from specguard_graph.models.local.kv_cache import new_cache
 from specguard_graph.steps import NEVER, ReasoningSteps
 
 QUESTION = (
@@ -117,8 +117,8 @@ def llama_cpp(threads: int, tokens: int) -> Callable[[], float]:
         raise SystemExit(
             "--llama-cpp: pip install xllamacpp (llama.cpp's prebuilt CPU server)"
         ) from None
-    from specguard_graph.models.install import gguf_path
-    from specguard_graph.models.registry import TARGET
+    from specguard_graph.models.install.installer import gguf_path
+    from specguard_graph.models.install.registry import TARGET
 
     gguf = gguf_path(TARGET)
     if not gguf.exists():

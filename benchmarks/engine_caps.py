@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from specguard_graph.machine import describe
-from specguard_graph.models.served import ServedStepModel
+from specguard_graph.models.served.client import ServedStepModel
 
 QUESTION = "A shop sells 3 pens for $4. How much do 12 pens cost? Think step by step."
 OTHERS = ["Write a haiku about rain.", "List three prime numbers.", "Explain what a CPU does."]
@@ -25,13 +25,13 @@ OTHERS = ["Write a haiku about rain.", "List three prime numbers.", "Explain wha
 
 def start(stack: ExitStack, engine: str) -> str:
     if engine == "vllm":
-        from specguard_graph.models.registry import model_dir
-        from specguard_graph.models.vllm import VllmServer
+        from specguard_graph.models.install.registry import model_dir
+        from specguard_graph.models.served.vllm import VllmServer
 
         return stack.enter_context(VllmServer(model_dir("draft")))
-    from specguard_graph.models.install import gguf_path
-    from specguard_graph.models.llamacpp import LlamaServer
-    from specguard_graph.models.registry import DRAFT
+    from specguard_graph.models.install.installer import gguf_path
+    from specguard_graph.models.install.registry import DRAFT
+    from specguard_graph.models.served.llamacpp import LlamaServer
 
     return stack.enter_context(LlamaServer(gguf_path(DRAFT), parallel=4, ctx=1024))
 

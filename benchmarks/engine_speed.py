@@ -25,10 +25,10 @@ from collections.abc import Callable
 import torch
 
 from specguard_graph.machine import describe
-from specguard_graph.models import int8_kernel
-from specguard_graph.models.hf import LocalCausalLM
-from specguard_graph.models.kv_cache import new_cache
 from specguard_graph.models.loading import OPTIONS, load_lm
+from specguard_graph.models.local import int8_kernel, numerics
+from specguard_graph.models.local.hf import LocalCausalLM
+from specguard_graph.models.local.kv_cache import new_cache
 
 TEXT = (
     "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes "
@@ -69,8 +69,8 @@ def llama_timer(role: str, ids: list[int], decode: int, threads: int) -> Callabl
         import xllamacpp
     except ImportError:
         raise SystemExit("llama.cpp: pip install xllamacpp (llama.cpp's CPU server)") from None
-    from specguard_graph.models.install import gguf_path
-    from specguard_graph.models.registry import DEFAULTS
+    from specguard_graph.models.install.installer import gguf_path
+    from specguard_graph.models.install.registry import DEFAULTS
 
     gguf = gguf_path(DEFAULTS[role])
     if not gguf.exists():
@@ -105,7 +105,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     options = list(args.options) + (["int8-torch"] if args.torch_kernel else [])
     print(
-        f"{describe()}; int8 kernel: {int8_kernel.name()}; {args.prompt_tokens}-token prompt "
+        f"{describe()}; int8 kernel: {numerics.kernel_name()}; {args.prompt_tokens}-token prompt "
         f"forward, then {args.decode_tokens} greedy tokens; timers interleaved, median of "
         f"{args.repeats} rounds after a warm-up\n",
         flush=True,

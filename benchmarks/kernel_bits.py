@@ -23,7 +23,7 @@ from torch.utils.cpp_extension import load_inline
 # the package's kernel module read as a file (its sources and flags, no other import), so this
 # runs where the package's dependencies are not installed
 _SPEC = importlib.util.spec_from_file_location(
-    "int8_kernel", Path(__file__).parents[1] / "specguard_graph/models/int8_kernel.py"
+    "int8_kernel", Path(__file__).parents[1] / "specguard_graph/models/local/int8_kernel.py"
 )
 int8_kernel = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(int8_kernel)

@@ -45,18 +45,18 @@ from pathlib import Path
 from typing import Any
 
 from specguard_graph.machine import describe
-from specguard_graph.models.install import gguf_path
-from specguard_graph.models.llamacpp import LlamaServer
-from specguard_graph.models.registry import DRAFT, TARGET
-from specguard_graph.models.served import ServedStepModel
+from specguard_graph.models.install.installer import gguf_path
+from specguard_graph.models.install.registry import DRAFT, TARGET
+from specguard_graph.models.served.client import ServedStepModel
+from specguard_graph.models.served.llamacpp import LlamaServer
 
 DEMO = Path(__file__).parent.parent / "examples" / "demo_question.txt"
 
 
 def servers(stack: ExitStack, a: argparse.Namespace, *, spec: bool = False) -> dict[str, str]:
     if a.engine == "vllm":
-        from specguard_graph.models.registry import model_dir
-        from specguard_graph.models.vllm import VllmServer
+        from specguard_graph.models.install.registry import model_dir
+        from specguard_graph.models.served.vllm import VllmServer
 
         if spec:
             raise SystemExit("--engine vllm: no `sd` server here (vLLM serves one model)")

@@ -1,7 +1,7 @@
 """Step-level speculative decoding (SpecGuard) as a LangGraph state machine.
 
 The public names are imported lazily (PEP 562), so the model layer
-(`specguard_graph.models.hf`) works with torch and transformers alone: a GPU box that has
+(`specguard_graph.models.local.hf`) works with torch and transformers alone: a GPU box that has
 no LangGraph or pydantic can still run `benchmarks/decode_speed.py`, and `import
 specguard_graph` stays cheap for the CLI.
 """
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .models.base import StepModel
     from .models.callable import CallableStepModel, StepOutput
     from .models.embedder import SentenceEmbedder
-    from .models.hf import LocalCausalLM
+    from .models.local.hf import LocalCausalLM
     from .steps import (
         PlanSteps,
         ProgramSteps,
@@ -38,6 +38,7 @@ _WHERE = {
     "SpecGuardError": ".errors",
     "ChatSteps": ".agents.spec",
     "SpecGuardChatModel": ".agents.chat_model",
+    "PlainChatModel": ".agents.plain",
     "chat_config": ".agents.chat_model",
     "chat_question": ".agents.spec",
     "NODES": ".graph",
@@ -45,7 +46,7 @@ _WHERE = {
     "CallableStepModel": ".models.callable",
     "StepOutput": ".models.callable",
     "SentenceEmbedder": ".models.embedder",
-    "LocalCausalLM": ".models.hf",
+    "LocalCausalLM": ".models.local.hf",
     "PlanSteps": ".steps",
     "ProgramSteps": ".steps",
     "ReasoningSteps": ".steps",
@@ -61,6 +62,7 @@ __all__ = [
     "InputError",
     "LocalCausalLM",
     "ModelLoadError",
+    "PlainChatModel",
     "PlanSteps",
     "ProgramSteps",
     "ReasoningSteps",

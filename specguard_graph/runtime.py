@@ -55,6 +55,8 @@ class RunSession:
             "draft_decode": self.draft.decode_tokens,
             "target_prefill": self.target.prefill_tokens,
             "target_decode": self.target.decode_tokens,
+            "draft_reused": self.draft.reused_tokens,  # KV kept from an earlier run
+            "target_reused": self.target.reused_tokens,
         }
 
     def fed_since_step_start(self) -> dict[str, int]:

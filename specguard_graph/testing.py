@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from .models.embedder import SentenceEmbedder
-from .models.hf import LocalCausalLM
+from .models.local.hf import LocalCausalLM
 
 _CORPUS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May.",

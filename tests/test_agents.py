@@ -316,7 +316,7 @@ def test_a_langchain_chat_model_can_be_the_draft_and_the_target():
 
 
 def test_a_served_template_renders_tools_as_transformers_does():
-    from specguard_graph.models.served_template import ServerTemplate
+    from specguard_graph.models.served.template import ServerTemplate
 
     template = ("{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
                 "{% for m in messages %}{{ m['content'] }}{% endfor %}")  # fmt: skip

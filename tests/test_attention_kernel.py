@@ -11,8 +11,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from specguard_graph.models import capture, int8_kernel
-from specguard_graph.models.kv_cache import MIN_ROOM, GrowingLayer, new_cache
+from specguard_graph.models.local import capture, int8_kernel
+from specguard_graph.models.local.kv_cache import MIN_ROOM, GrowingLayer, new_cache
 from specguard_graph.testing import tiny_lm
 
 kernel = int8_kernel.load()

@@ -48,6 +48,9 @@ def test_solve_live_view_shows_steps_and_answer(model_dirs):
     res = runner.invoke(app, [*args(model_dirs, "--k", "2"), "What is 2 + 3?"])
     assert res.exit_code == 0, res.output
     assert "answer:" in res.stdout and "status=max_steps" in res.stdout
+    # piped output: the live view's last line (a candidate) ends before the answer line starts
+    answer = [line for line in res.stdout.splitlines() if "answer:" in line]
+    assert len(answer) == 1 and answer[0].startswith("answer:"), res.stdout
 
 
 @pytest.mark.parametrize(

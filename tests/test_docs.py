@@ -134,3 +134,29 @@ def test_the_readme_code_runs_on_the_tiny_models(tiny, monkeypatch, capsys):
         exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["result"]["status"] and namespace["result"]["steps"]
     assert "step" in capsys.readouterr().out
+
+
+def test_every_benchmark_script_is_listed_in_the_benchmarks_readme():
+    bench = ROOT / "benchmarks"
+    listed = (bench / "README.md").read_text()
+    scripts = [p for p in bench.rglob("*.py") if "results" not in p.relative_to(bench).parts]
+    assert scripts
+    missing = [str(p.relative_to(bench)) for p in scripts if f"`{p.name}`" not in listed]
+    assert not missing, f"not in benchmarks/README.md: {missing}"
+
+
+def test_every_cited_benchmark_script_exists():
+    """Docs, code and committed results name scripts by path; a moved script leaves none
+    of them pointing nowhere."""
+    cited = re.compile(r"benchmarks/[\w/]+\.py")
+    texts = [*DOCS, ROOT / "benchmarks" / "README.md", *(ROOT / "specguard_graph").rglob("*.py"),
+             *(ROOT / "specguard_graph").rglob("*.cpp"), *(ROOT / "benchmarks").rglob("*.py"),
+             *(ROOT / "benchmarks" / "results").rglob("*.txt"),
+             *(ROOT / "benchmarks" / "results").rglob("*.md")]  # fmt: skip
+    broken = {
+        f"{t.relative_to(ROOT)}: {path}"
+        for t in texts
+        for path in cited.findall(t.read_text(errors="replace"))
+        if not (ROOT / path).exists()
+    }
+    assert not broken, sorted(broken)

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from specguard_graph import SpecGuardConfig, build_graph
-from specguard_graph.models import numerics
-from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.local import numerics
+from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.scoring import decide_step, doomed_below
 from specguard_graph.steps import NEVER
 from specguard_graph.testing import tiny_lm

@@ -7,8 +7,8 @@ import pytest
 
 from specguard_graph.bench.data import GSM_SYMBOLIC
 from specguard_graph.errors import ModelLoadError
-from specguard_graph.models import install
-from specguard_graph.models.registry import WheelDir
+from specguard_graph.models.install import installer as install
+from specguard_graph.models.install.registry import WheelDir
 
 PREFIX = "fake_model/model/"
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from specguard_graph.models import int8_kernel, numerics
+from specguard_graph.models.local import int8_kernel, numerics
 
 kernel = int8_kernel.load()
 needs_kernel = pytest.mark.skipif(kernel is None, reason="the kernel needs x86-64 AVX2 + FMA")
@@ -106,7 +106,7 @@ def test_bad_arguments_are_named() -> None:
 
 CHILD = """
 import sys, torch
-from specguard_graph.models import int8_kernel, numerics
+from specguard_graph.models.local import int8_kernel, numerics
 from torch import nn
 k = int8_kernel.load()
 print("kernel", k is not None)

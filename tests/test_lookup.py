@@ -5,8 +5,8 @@ import copy
 import pytest
 
 from specguard_graph.evidence.value import continuation, lookup_is_exact
-from specguard_graph.models import lookup, numerics
-from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.local import lookup, numerics
+from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.steps import NEVER, ReasoningSteps
 from specguard_graph.testing import tiny_lm
 

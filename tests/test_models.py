@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from specguard_graph import InputError, ModelLoadError
-from specguard_graph.models.decoding import cut_step
-from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.local.decoding import cut_step
+from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.steps import ReasoningSteps
 
 SPEC = ReasoningSteps()
@@ -154,7 +154,7 @@ def test_model_layer_imports_without_langgraph_or_pydantic():
     import sys
 
     code = (
-        "import sys, specguard_graph.models.hf, specguard_graph.steps\n"
+        "import sys, specguard_graph.models.local.hf, specguard_graph.steps\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('langgraph', 'pydantic'))\n"
         "assert not bad, bad\n"
         "import specguard_graph as s\n"

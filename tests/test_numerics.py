@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from specguard_graph import ModelLoadError
-from specguard_graph.models import numerics
-from specguard_graph.models.feeding import FEEDINGS, batch_of_4, feed, greedy
-from specguard_graph.models.hf import LocalCausalLM
+from specguard_graph.models.local import numerics
+from specguard_graph.models.local.feeding import FEEDINGS, batch_of_4, feed, greedy
+from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.steps import ReasoningSteps
 from specguard_graph.testing import tiny_lm
 
@@ -127,7 +127,7 @@ def test_the_log_prob_formula_is_row_invariant_at_a_real_vocabulary():
     """151,936 logits a row, as the Qwen pair has: a row's log-prob is the same alone, among
     k rows, or among a step's positions, where log_softmax and logit - logsumexp would differ
     from each other by ~1e-5."""
-    from specguard_graph.models.decoding import token_logprobs
+    from specguard_graph.models.local.decoding import token_logprobs
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(17, 151_936, generator=g) * 4

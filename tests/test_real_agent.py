@@ -50,3 +50,25 @@ def test_the_tool_agent_computes_a_multi_step_task_on_the_embedded_pair(real_pai
     assert "2102650" in results and "3878100" in results  # both lookups ran in the ToolNode
     assert "5980750.0" in results  # and the add tool summed them
     assert set(sources) <= {"draft", "target"} and "draft" in sources
+
+
+def test_the_readme_agent_quickstart_answers_as_written(real_pair, monkeypatch):
+    """The README's agent example, run unchanged on the embedded pair: it returns the product
+    (before the conversation checks it called multiply(17, 23) until the recursion limit)."""
+    import re
+
+    from langchain_core.messages import AIMessage
+
+    from specguard_graph.models import loading
+
+    draft, target, _ = real_pair  # loaded once for the session: the README's load_lm is these
+    pair = {"draft": draft, "target": target}
+    monkeypatch.setattr(loading, "load_lm", lambda role, *a, **k: pair[role])
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.findall(r"```python\n(.*?)```", readme, re.S)[0]
+    assert "create_agent" in block and "recursion_limit" in block
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    last = namespace["out"]["messages"][-1]
+    assert isinstance(last, AIMessage) and not last.tool_calls
+    assert "391" in last.content

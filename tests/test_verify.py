@@ -4,9 +4,9 @@ import copy
 
 import pytest
 
-from specguard_graph.models import numerics
-from specguard_graph.models.hf import LocalCausalLM
-from specguard_graph.models.verify import can_verify, verify_greedy
+from specguard_graph.models.local import numerics
+from specguard_graph.models.local.hf import LocalCausalLM
+from specguard_graph.models.local.verify import can_verify, verify_greedy
 from specguard_graph.steps import NEVER, ReasoningSteps
 from specguard_graph.testing import tiny_lm
 
@@ -95,8 +95,8 @@ def test_right_proposals_save_forwards_and_are_counted(base, k, lookup):
 
 
 def test_the_engine_picks_how_many_proposals_a_forward_checks(base):
-    from specguard_graph.models import int8_kernel
-    from specguard_graph.models.verify import lookup_tokens, proposals
+    from specguard_graph.models.local import int8_kernel
+    from specguard_graph.models.local.verify import lookup_tokens, proposals
 
     ours = formatted(base, "int8")
     kernel = int8_kernel.load() is not None

@@ -10,11 +10,11 @@ import pytest
 
 from specguard_graph import SpecGuardConfig, build_graph
 from specguard_graph.errors import InputError, ModelLoadError
-from specguard_graph.models.child_server import free_port
-from specguard_graph.models.served import ServedStepModel
-from specguard_graph.models.served_verify import verify_served
-from specguard_graph.models.vllm import VllmServer, vllm_venv
-from specguard_graph.models.vllm_env import is_built
+from specguard_graph.models.served.child_server import free_port
+from specguard_graph.models.served.client import ServedStepModel
+from specguard_graph.models.served.verify import verify_served
+from specguard_graph.models.served.vllm import VllmServer, vllm_venv
+from specguard_graph.models.served.vllm_env import is_built
 
 pytestmark = pytest.mark.engines
 
@@ -23,7 +23,7 @@ ARITH = "A shop sells 3 pens for $4. How much do 12 pens cost? Think step by ste
 
 
 def _model_dir():
-    from specguard_graph.models.registry import model_dir
+    from specguard_graph.models.install.registry import model_dir
 
     path = model_dir("draft")
     if not path.is_dir():

@@ -33,8 +33,26 @@ CHAT_DEFAULTS = {"k": 1, "temperature": 0.0, "max_steps": 1, "max_step_tokens": 
                  "max_total_tokens": 256}  # fmt: skip
 
 
-def chat_config(**changes: Any) -> SpecGuardConfig:
-    """SpecGuardConfig for chat messages: CHAT_DEFAULTS, then `changes`."""
+# a model that has the tool results it needs should answer, not call again: without this the
+# embedded target called multiply(17, 23) three times, then returned an empty message
+AGENT_SYSTEM = (
+    "You are a helpful assistant. Call a tool only when you need its result. Once the tool "
+    "results answer the user's request, reply to the user in plain text and do not call the "
+    "same tool again."
+)
+LOSSLESS = {"tau": 1.01, "fallback": "verify"}  # no score reaches τ > 1: the target verifies all
+
+
+def chat_config(*, lossless: bool = False, **changes: Any) -> SpecGuardConfig:
+    """SpecGuardConfig for chat messages: CHAT_DEFAULTS, then `changes`.
+
+    `lossless=True`: every drafted message is verified by the target (the verify fallback at
+    message level), so the agent's trajectory is the one the target alone would write."""
+    if lossless:
+        clash = {k: v for k, v in changes.items() if k in LOSSLESS and v != LOSSLESS[k]}
+        if clash:
+            raise ConfigError(f"lossless=True sets {LOSSLESS}; it cannot take {clash}")
+        changes = {**changes, **LOSSLESS}
     return SpecGuardConfig().replace(**{**CHAT_DEFAULTS, **changes})
 
 
@@ -64,6 +82,8 @@ class SpecGuardChatModel(BaseChatModel):
     or any LangChain chat model (a draft one needs token log-probs, e.g. `logprobs=True`).
     `config`: the graph's settings (`chat_config(tau=..., k=4, temperature=0.7)`).
     `calls`: how models write calls, "json" (native tool template) or "python" (BFCL prompting).
+    `system_prompt`: put first when a conversation with tools has no system message of its own
+    (`AGENT_SYSTEM`; None leaves the model's template default).
     """
 
     draft: Any
@@ -71,6 +91,7 @@ class SpecGuardChatModel(BaseChatModel):
     embedder: Any = None
     config: SpecGuardConfig = Field(default_factory=chat_config)
     calls: CallFormat = "json"
+    system_prompt: str | None = AGENT_SYSTEM
     model_config = ConfigDict(arbitrary_types_allowed=True)
     _graph: Any = PrivateAttr(default=None)
 
@@ -119,7 +140,8 @@ class SpecGuardChatModel(BaseChatModel):
                               "at the model's end of turn")  # fmt: skip
         if kwargs:
             raise ConfigError(f"unknown argument(s) for SpecGuardChatModel: {', '.join(kwargs)}")
-        question = chat_question(to_template(messages), tools, tool_choice, self.calls)
+        question = chat_question(with_system(to_template(messages), self.system_prompt, tools),
+                                 tools, tool_choice, self.calls)  # fmt: skip
         out = self.graph().invoke({"question": question}, context=check_context(context))
         step = out["steps"][-1]
         parsed = SPEC.parse(question, step["text"])
@@ -134,11 +156,20 @@ class SpecGuardChatModel(BaseChatModel):
             "reason": step.get("reason"), "checked": step.get("checked"),
             "candidates": len(step.get("candidates") or []),
             "draft_text": step.get("draft_text"), "time_s": step.get("time_s"),
+            "fed": step.get("fed"), "timing": out.get("timing"),
         }  # fmt: skip
         usage = {"input_tokens": n_in, "output_tokens": step["tokens"],
                  "total_tokens": n_in + step["tokens"]}  # fmt: skip
         message = to_ai_message(parsed, response_metadata=meta, usage_metadata=usage)
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def with_system(messages: list[dict[str, Any]], system: str | None,
+                tools: Sequence[Any]) -> list[dict[str, Any]]:  # fmt: skip
+    """`system` first, where tools are bound and the conversation brings no system message."""
+    if not system or not tools or (messages and messages[0].get("role") == "system"):
+        return messages
+    return [{"role": "system", "content": system}, *messages]
 
 
 def check_context(context: dict[str, Any] | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import InputError
 from ..steps import NEVER
 from .calls import CALL_FORMATS, CallFormat, ParsedMessage, check_calls, parse_calls
+from .conversation import conversation_check
 
 
 def chat_question(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = (),
@@ -81,13 +82,15 @@ class ChatSteps:
         return _parse(read_question(question), text)
 
     def check(self, question: str, text: str, *, ended: str | None = None) -> str | None:
-        """Why this message goes to the target whatever its score (None: its calls are valid
-        and it is finished; `ended` "length": it was cut at its token budget)."""
+        """Why this message goes to the target whatever its score (None: its calls are valid,
+        it is finished, and it passes the conversation's checks, `conversation.py`; `ended`
+        "length": it was cut at its token budget)."""
         doc = read_question(question)
-        why = check_calls(_parse(doc, text), doc.get("tools") or [], doc.get("tool_choice"))
+        parsed = _parse(doc, text)
+        why = check_calls(parsed, doc.get("tools") or [], doc.get("tool_choice"))
         if why is None and ended == "length":
             why = "the message was cut at its token budget"
-        return why
+        return why or conversation_check(doc["messages"], parsed)
 
     def vote_key(self, question: str, text: str) -> str:
         """Equal for two candidates that make the same calls (any order) or say the same text."""

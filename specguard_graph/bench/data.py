@@ -11,7 +11,7 @@ from typing import NotRequired, TypedDict
 
 from .. import jsonl
 from ..errors import InputError
-from ..models.install import download
+from ..models.install.installer import download
 
 
 class Problem(TypedDict):
@@ -97,9 +97,12 @@ DATASETS = {"gsm8k": gsm8k_100, "gsm-symbolic": gsm_symbolic, "champ": champ}
 def load(name: str | None, *, data: str | Path | None = None, limit: int | None = None,
          offset: int = 0, seed: int = 0) -> list[Problem]:  # fmt: skip
     from . import bfcl
+    from .bfcl import multi_turn
 
     if data is not None:
         problems = from_jsonl(data)
+    elif multi_turn.is_multi_turn(name):
+        problems = multi_turn.problems(name)  # type: ignore[arg-type,assignment]
     elif bfcl.is_bfcl(name):
         problems = bfcl.problems(name)  # type: ignore[arg-type,assignment]
     elif name == "gsm-symbolic":
@@ -109,7 +112,7 @@ def load(name: str | None, *, data: str | Path | None = None, limit: int | None 
     else:
         raise InputError(
             f"unknown dataset {name!r}; known: {', '.join(DATASETS)}, "
-            "bfcl[-fc][-dev]:CATEGORY[,...] or --data"
+            "bfcl[-fc][-dev]:CATEGORY[,...], bfcl-multi[-dev] or --data"
         )
     problems = problems[offset:]
     return problems[:limit] if limit else problems

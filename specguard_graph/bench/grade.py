@@ -26,4 +26,9 @@ def grade_problem(problem: Mapping[str, Any], result: dict[str, Any]) -> bool:
         verdict = bfcl_grade(problem["answer"], problem["question"], result.get("text") or "")
         result["bfcl"] = verdict
         return bool(verdict["valid"])
+    if problem.get("grader") == "bfcl-multi":
+        from .bfcl.multi_turn import grade as multi_grade
+
+        result["bfcl"] = multi_grade(problem["answer"], problem["question"], result)
+        return bool(result["bfcl"]["valid"])
     return grade(result["answer"], problem["answer"])

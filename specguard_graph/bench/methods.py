@@ -23,7 +23,7 @@ from ..config import SpecGuardConfig
 from ..context import RunContext
 from ..errors import ConfigError
 from ..graph import build_graph
-from ..models.hf import LocalCausalLM
+from ..models.local.hf import LocalCausalLM
 from ..steps import NEVER, ProgramSteps, ReasoningSteps, StepSpec
 
 Solve = Callable[[str], dict[str, Any]]
@@ -41,6 +41,8 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "specguard-refuse-fabricated": {"reject_fabricated_output": True},
     "specguard-refuse-false-arithmetic": {"reject_false_arithmetic": True},
     # program steps (`ProgramSteps`): code the model writes is run, its real output follows
+    # every message or step verified by the target: the target's own text (agents' lossless mode)
+    "specguard-lossless": {"k": 1, "temperature": 0.0, "tau": 1.01, "fallback": "verify"},
     "specguard-program": {},
     "specguard-greedy-program": {"k": 1, "temperature": 0.0},
     # one model alone, greedy, step by step with program execution (its own steps accepted)
@@ -127,7 +129,7 @@ def verified_sd(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int, sp
     """`k`: proposals per target forward, `lookup`: looked-up tokens after them (None: the
     engine's choice, `verify.proposals` and `verify.lookup_tokens`)."""
     from ..models.base import shared_vocab
-    from ..models.verify import verify_greedy
+    from ..models.local.verify import verify_greedy
 
     if not (isinstance(target, LocalCausalLM) and isinstance(draft, LocalCausalLM)):
         raise ConfigError("sd-verify needs local draft and target models")

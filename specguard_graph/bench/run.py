@@ -14,6 +14,12 @@ from .grade import grade_problem
 Report = Callable[[str, int, int], None]  # (method, done, total)
 
 
+def cold_start(*models: Any) -> Callable[[], None]:
+    """`run`'s `cold`: every local model forgets the prompts it kept across runs."""
+    stores = [m.prefix_store for m in models if getattr(m, "prefix_store", None) is not None]
+    return lambda: [store.clear() for store in stores] and None
+
+
 def check_out(out_dir: Path, methods: list[str]) -> None:
     """Every file `run` and the report will write can be written: checked before models load."""
     for name in [*(f"{m}.jsonl" for m in methods), "summary.md"]:
@@ -25,11 +31,14 @@ def run(
     solvers: dict[str, Callable[[str], dict[str, Any]]],
     out_dir: Path,
     progress: Report = lambda m, d, t: None,
+    cold: Callable[[], None] = lambda: None,
 ) -> None:
     """Solve every problem with every method; finished ones are skipped on a rerun.
 
     Problems are the outer loop, so a run stopped early still compares all methods on the
-    same problems (the report uses only problems every method has finished)."""
+    same problems (the report uses only problems every method has finished). `cold` runs
+    before each problem and method: the models forget the prompts they kept, so no method is
+    timed on a prefill another one paid for."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cpu = cpu_capability()  # resumed runs may span machines: each record names its kernels
     logs = {m: ResultLog(out_dir / f"{m}.jsonl", key="id") for m in solvers}
@@ -40,6 +49,7 @@ def run(
         for method, solve in solvers.items():
             if p["id"] in done[method]:
                 continue
+            cold()
             result = solve(p["question"])
             result.update(id=p["id"], question=p["question"], gold=p["answer"],
                           correct=grade_problem(p, result), cpu=cpu)  # fmt: skip

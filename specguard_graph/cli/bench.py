@@ -152,7 +152,7 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
     """Load the models once and run every method on every problem (resumable)."""
     from ..bench import data as bench_data
     from ..bench import methods as bench_methods
-    from ..bench.run import run
+    from ..bench.run import cold_start, run
 
     problems = bench_data.load(dataset, data=data, limit=limit, offset=offset, seed=seed)
     base = load_config(config, {})
@@ -160,7 +160,7 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
                           names=models["names"])  # fmt: skip
     sd_target = None
     if models["sd_target"] is not None and "sd" in names:
-        from ..models.served import ServedStepModel, is_served
+        from ..models.served.client import ServedStepModel, is_served
 
         if not is_served(models["sd_target"]):
             raise ConfigError(f"--sd-target {models['sd_target']!r}: expected an http(s) URL "
@@ -173,8 +173,13 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
         from ..agents.spec import ChatSteps
 
         steps = ChatSteps()
-    solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens, sd_target, steps)
-               for m in names}  # fmt: skip
+    from ..bench.bfcl import multi_turn
+
+    if multi_turn.is_multi_turn(dataset):  # an agent over several turns per task
+        solvers = multi_turn.solvers(names, d, t)
+    else:
+        solvers = {m: bench_methods.make(m, d, t, e, base, max_tokens, sd_target, steps)
+                   for m in names}  # fmt: skip
     from ..machine import describe
 
     err.print(describe(), markup=False, highlight=False, soft_wrap=True)  # whose kernels
@@ -182,7 +187,7 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
         TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), TimeRemainingColumn(), console=err,
     ) as progress:  # fmt: skip
-        run(problems, solvers, out, _reporter(progress, len(names)))
+        run(problems, solvers, out, _reporter(progress, len(names)), cold=cold_start(d, t))
 
 
 def _reporter(progress: Progress, n_methods: int):  # type: ignore[no-untyped-def]

@@ -19,8 +19,8 @@ models_app = typer.Typer(no_args_is_help=True, help="Install, list and serve the
 @models_app.command("install")
 def models_install() -> None:
     """Download, assemble, verify and convert the embedded default models (idempotent)."""
-    from ..models.install import install
-    from ..models.registry import DEFAULTS
+    from ..models.install.installer import install
+    from ..models.install.registry import DEFAULTS
 
     try:
         with Progress(
@@ -48,7 +48,7 @@ def models_install() -> None:
 @models_app.command("list")
 def models_list() -> None:
     """Show the default models: installed or not, where, and their size."""
-    from ..models.install import installed
+    from ..models.install.installer import installed
 
     table = Table("role", "model", "installed", "size", "path")
     for row in installed():
@@ -97,8 +97,8 @@ def models_serve(
 
 
 def _serve_vllm(role: Role, port: int, speculative: bool, ctx: int) -> None:
-    from ..models.registry import model_dir
-    from ..models.vllm import serve_forever, vllm_command
+    from ..models.install.registry import model_dir
+    from ..models.served.vllm import serve_forever, vllm_command
 
     if speculative:
         raise ConfigError("--speculative is llama.cpp's; vLLM serves one model here")
@@ -112,9 +112,9 @@ def _serve_vllm(role: Role, port: int, speculative: bool, ctx: int) -> None:
 
 def _serve_llamacpp(role: Role, port: int, speculative: bool, threads: int, parallel: int,
                     ctx: int) -> None:  # fmt: skip
-    from ..models.install import gguf_path
-    from ..models.llamacpp import serve_forever
-    from ..models.registry import DEFAULTS
+    from ..models.install.installer import gguf_path
+    from ..models.install.registry import DEFAULTS
+    from ..models.served.llamacpp import serve_forever
 
     if speculative and role is not Role.target:
         raise ConfigError("--speculative serves the target with the draft inside it")

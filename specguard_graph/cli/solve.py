@@ -181,6 +181,8 @@ def _run_one(graph: Any, question: str, *, as_json: bool) -> dict[str, Any]:
                 live.update(view.render())
             else:
                 result = data
+    if not out.is_terminal:  # rich ends the live view with a newline only on a terminal
+        out.line()
     trace = to_trace(result)
     t, c = trace["timing"], trace["counts"]
     timing = (f"total {t['total_s']:.1f}s = draft {t['draft_s']:.1f}s + verify "

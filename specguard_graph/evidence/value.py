@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.grade import grade
-from ..models import lookup, numerics
 from ..models.base import PrefixCache
-from ..models.decoding import cut_step
-from ..models.hf import LocalCausalLM
-from ..models.lookup import NgramIndex
+from ..models.local import lookup, numerics
+from ..models.local.decoding import cut_step
+from ..models.local.hf import LocalCausalLM
+from ..models.local.lookup import NgramIndex
 from ..steps import NEVER, ReasoningSteps, separator
 from . import records
 
@@ -89,7 +89,7 @@ def label_values(results_dir: Path, target: Any, *, methods: list[str] | None = 
                  progress: records.Progress = lambda done, total: None) -> Path:  # fmt: skip
     """Fill `value_labels.jsonl` for the first `problems` problems of every SpecGuard method's
     records (resumable)."""
-    from ..models.served import repeatable
+    from ..models.served.client import repeatable
 
     target = repeatable(target)
     corpus = records.texts_by_problem(results_dir)

@@ -2,7 +2,7 @@
 
 from .base import Candidate, PrefixCache, Sample, StepModel, shared_vocab
 from .callable import CallableStepModel, StepOutput
-from .hf import LocalCausalLM
+from .local.hf import LocalCausalLM
 
 __all__ = [
     "CallableStepModel",

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from .capture import AttentionCapture
+    from .local.capture import AttentionCapture
 
 StepEnd = Literal["delimiter", "eos", "length", "doomed"]
 
@@ -29,6 +29,8 @@ class PrefixCache:
     cache_ids: list[int] = field(default_factory=list)
     prefill_tokens: int = 0  # tokens fed in catch-up prefills (batch 1)
     decode_tokens: int = 0  # tokens fed while generating (all rows)
+    reused_tokens: int = 0  # tokens whose KV came from an earlier run (`local/prefix_store.py`)
+    remembered: bool = False  # this run's prompt is in the model's prefix store
 
     def extend(self, ids: Sequence[int]) -> None:
         """Append tokens to the context; the model is fed them lazily on its next call."""

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ..errors import ConfigError, ModelLoadError
-from . import numerics
 from .embedder import SentenceEmbedder
-from .hf import LocalCausalLM
-from .numerics import Quantize
-from .registry import DEFAULTS, model_dir
-from .served import ServedStepModel, is_served
+from .install.registry import DEFAULTS, model_dir
+from .local.hf import LocalCausalLM
+from .local.numerics import Quantize
+from .served.client import ServedStepModel, is_served
 
 # named CPU options as `load_lm` keywords: what the benchmarks compare side by side
 OPTIONS: dict[str, dict[str, str]] = {
@@ -87,37 +85,7 @@ def from_path(
 ) -> LocalCausalLM:
     """A transformers model directory or a single `.gguf` file, fully offline, in one of
     `numerics`' CPU weight formats ("int8" is the faithful one)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise ModelLoadError(f"model path does not exist: {path}")
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise ModelLoadError(f"not a model directory or .gguf file: {path}")
-        src, kwargs["gguf_file"] = str(path.parent), path.name
-    else:
-        if not (path / "config.json").exists():
-            raise ModelLoadError(f"not a model directory (no config.json): {path}")
-        src = str(path)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if dtype is None:
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(src, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
-            src, dtype=dtype, attn_implementation="sdpa", **kwargs
-        )
-    except Exception as exc:  # any parse failure of a user file is a load error
-        detail = " ".join(str(exc).split()) or type(exc).__name__
-        raise ModelLoadError(f"cannot load model from {path}: {detail}") from None
-    model.to(device)
-    try:
-        model = numerics.apply(model, quantize, device)
-    except ValueError as exc:
-        raise ModelLoadError(str(exc)) from None
-    return LocalCausalLM(model, tokenizer, name=path.name)
+    return LocalCausalLM.load(path, device=device, dtype=dtype, quantize=quantize)
 
 
 def load_lm(
@@ -132,7 +100,7 @@ def load_lm(
 ) -> LocalCausalLM | ServedStepModel:
     """Load a draft or target. On CPU the default is weight-only int8 on float32 (`numerics`):
     it computes the same model whatever the batch, top-1 within 1 % of float32; CUDA gets
-    bfloat16. An http(s) base URL ending in /v1 is a served model (`served.py`); its name is
+    bfloat16. An http(s) base URL ending in /v1 is a served model (`served/client.py`); its name is
     `model`, $SPECGUARD_<ROLE>_MODEL, or the first the server lists."""
     if is_served(path):
         name = model or os.environ.get(f"SPECGUARD_{role.upper()}_MODEL") or None

@@ -4,7 +4,7 @@ By default it verifies rather than rewrites (`models/verify.py`): the rejected c
 checked a few tokens per forward, the prefix the target agrees with is kept, and the draft's
 proposals carry the step on from the first disagreement. The text is the same either way (the
 target's greedy step); only the forwards differ. A served target whose engine gives prompt
-log-probs (vLLM) checks the candidate in one request (`models/served_verify.py`). Backends that
+log-probs (vLLM) checks the candidate in one request (`models/served/verify.py`). Backends that
 cannot verify (llama.cpp's server, user callables, float32 weights) rewrite, and each step
 record says which was used."""
 
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 from langgraph.runtime import Runtime
 
 from ..context import RunContext
-from ..models.hf import LocalCausalLM
-from ..models.served import ServedStepModel
-from ..models.served_verify import verify_served
-from ..models.verify import can_verify, verify_greedy
+from ..models.local.hf import LocalCausalLM
+from ..models.local.verify import can_verify, verify_greedy
+from ..models.served.client import ServedStepModel
+from ..models.served.verify import verify_served
 from ..state import SpecGuardState, add_numbers
 from ..steps import separator
 from .commit import finish_step
@@ -28,7 +28,7 @@ from .program import kept_tokens, trim_step
 
 if TYPE_CHECKING:
     from ..models.base import Sample
-    from ..models.verify import Verification
+    from ..models.local.verify import Verification
     from ..runtime import RunSession
 
 

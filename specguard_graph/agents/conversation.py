@@ -1,0 +1,65 @@
+"""Checks that read the conversation, not only the drafted message: what multi-turn agent runs
+showed the draft getting wrong while its calls still parsed and fit their schemas.
+
+- A call identical to one already made and answered (the README agent's `multiply(17, 23)`,
+  made again on every turn; BFCL tasks repeating `mkdir` on a folder that exists).
+- An empty message (no text, no call): an agent reads it as a final answer of nothing.
+- Text that plays another role (`<tool_response>...`, `Human: ...`): after a failed call the
+  small models often wrote the tool's or the user's next turn themselves instead of calling.
+
+Each returns a fixed reason (`REASONS`), so evidence can count how often each one fired. A
+message these checks send to the target is written by the target: it may make the same call
+again (a repeat after `cd` is right), the check only takes the decision from the draft.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .calls import ParsedMessage
+
+REPEAT = "repeats a call already made and answered"
+EMPTY = "the message is empty"
+IMPERSONATION = "the message writes a tool's or the user's turn"
+REASONS = (REPEAT, EMPTY, IMPERSONATION)
+_ROLE_PLAY = re.compile(r"<tool_response>|</tool_response>|^\s*(Human|User|Tool)\s*:", re.M)
+
+
+def call_key(name: str, arguments: Any) -> str:
+    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
+
+
+def answered_calls(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The calls of earlier assistant messages that a tool message answered."""
+    out: set[str] = set()
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant" or not m.get("tool_calls"):
+            continue
+        later = messages[i + 1 :]
+        ids = {r.get("tool_call_id") for r in later if r.get("role") == "tool"}
+        for c in m["tool_calls"]:
+            fn = c.get("function") or c
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except json.JSONDecodeError:
+                    continue
+            if c.get("id") in ids or (c.get("id") is None and ids):
+                out.add(call_key(fn.get("name"), args))
+    return out
+
+
+def conversation_check(messages: Sequence[Mapping[str, Any]], parsed: ParsedMessage) -> str | None:
+    """Why this drafted message goes to the target, read against the conversation."""
+    if not parsed.calls and not parsed.invalid and not parsed.content.strip():
+        return EMPTY
+    if _ROLE_PLAY.search(parsed.content):
+        return IMPERSONATION
+    done = answered_calls(messages)
+    if any(call_key(c["name"], c["arguments"]) in done for c in parsed.calls):
+        return REPEAT
+    return None

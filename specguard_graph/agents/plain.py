@@ -1,0 +1,79 @@
+"""One local model alone as a LangChain chat model: the baseline an agent builder compares
+SpecGuard with (the target alone, or the draft alone), on the same prompt, parser and prefix
+store, so that only who writes the message differs.
+
+Each message is one greedy decode to the end of the turn; the prompt is the model's own chat
+template (`ChatSteps.render_prompt`), and its calls are parsed as SpecGuard's are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict
+
+from ..errors import ConfigError
+from ..steps import NEVER
+from .calls import CallFormat
+from .chat_model import AGENT_SYSTEM, SPEC, tool_choice_name, with_system
+from .messages import finish_reason, to_ai_message, to_template
+from .spec import chat_question
+
+
+class PlainChatModel(BaseChatModel):
+    """`lm` (a `LocalCausalLM`) writes every message itself, greedily."""
+
+    lm: Any
+    calls: CallFormat = "json"
+    system_prompt: str | None = AGENT_SYSTEM
+    max_tokens: int = 256
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    @property
+    def _llm_type(self) -> str:
+        return "specguard-plain"
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, BaseMessage]:  # fmt: skip
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        choice = tool_choice_name(tool_choice, formatted)
+        return super().bind(tools=formatted, tool_choice=choice, **kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if stop or kwargs:
+            raise ConfigError(f"PlainChatModel takes no stop sequences or {', '.join(kwargs)}")
+        question = chat_question(with_system(to_template(messages), self.system_prompt, tools),
+                                 tools, tool_choice, self.calls)  # fmt: skip
+        t0 = time.perf_counter()
+        pc = self.lm.new_prefix(SPEC.render_prompt(question, self.lm.tokenizer))
+        s = self.lm.sample(pc, n=1, delimiter=NEVER, max_new_tokens=self.max_tokens,
+                           temperature=0.0, fork=False)  # fmt: skip
+        cand = s.candidates[0]
+        parsed = SPEC.parse(question, cand.text)
+        fed = {"prefill": pc.prefill_tokens, "decode": pc.decode_tokens,
+               "reused": pc.reused_tokens}  # fmt: skip
+        meta = {"model_name": getattr(self.lm, "name", "local"), "source": "plain",
+                "finish_reason": finish_reason(parsed, cand.ended), "fed": fed,
+                "time_s": time.perf_counter() - t0}  # fmt: skip
+        n_in = len(pc.ids)  # the prompt (sample leaves the context as it was)
+        usage = {"input_tokens": n_in, "output_tokens": cand.n_tokens,
+                 "total_tokens": n_in + cand.n_tokens}  # fmt: skip
+        message = to_ai_message(parsed, response_metadata=meta, usage_metadata=usage)
+        return ChatResult(generations=[ChatGeneration(message=message)])

@@ -1,0 +1,221 @@
+"""CPU weight formats, chosen for fidelity first: every forward must compute the same model.
+
+`int8` (the CPU default) stores each Linear's weight as int8 with one scale per output channel
+and keeps everything else (embeddings, norms, attention, the residual stream) in float32. Its
+matmul runs the project's own kernel on float32 activations (`int8_kernel`, each output summed
+in one fixed order) or, where that cannot run, torch's weight-only int8 kernel on bfloat16
+activations; both reduce each output element the same way whatever the number of rows: a token
+scores the same fed alone, in a chunk, or as one of k candidate rows. The scales are rounded
+*up* to bfloat16 values before quantising, so either kernel applies them exactly and no channel
+is biased.
+
+`dynamic-int8` (torch's `quantize_dynamic`) is kept only as an explicit opt-in: it quantises the
+activations with one scale for all rows of a forward, so its output depends on what else is in
+the batch, and it agrees with float32 on the top-1 token only ~74 % (draft) / 84 % (target) of
+the time (`benchmarks/fidelity.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import nn
+
+from . import int8_kernel
+
+Quantize = Literal["auto", "none", "int8", "int8x2", "dynamic-int8"]
+QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "none", "int8", "int8x2", "dynamic-int8")
+
+
+ROUND_ACTIVATIONS = False
+"""Whether the int8 kernel rounds its activations to bfloat16 first (torch's kernel always
+does). It did while attention ran in float64, rounded to float32: on rare elements two
+feedings' float64 results straddled a float32 rounding boundary, one ulp apart (one element of
+one of six GSM8K texts on the 0.5B draft, token by token against one forward: 2.9e-5 in a
+log-prob, `benchmarks/results/engine/fidelity-f32.log`), and the bf16 rounding absorbed it.
+With attention summed in one fixed order per row (`kernels/attention.cpp`) the rows are the
+same bits in every feeding, so float32 activations stay float32; `benchmarks/fidelity.py`
+checks it."""
+
+
+def _int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel int8 of `w` with bfloat16 scales rounded up (exact in the kernel)."""
+    amax = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
+    scale = _bf16_ceil(amax / 127.0)  # |w / scale| <= 127 still holds
+    q = torch.round(w / scale.to(torch.float32)[:, None]).clamp_(-127, 127)
+    return q.to(torch.int8), scale
+
+
+class Int8WeightOnlyLinear(nn.Module):
+    """A Linear with int8 weights, one scale per output channel; row-invariant by construction.
+
+    With `terms=2` the rounding error of the first int8 matrix is itself stored as a second one
+    (its own scales), so the weight is kept to ~1e-4 of its row maximum, bfloat16's precision.
+    Both live in one stacked matrix: one kernel call, whose two halves are added in float32."""
+
+    def __init__(self, linear: nn.Linear, terms: int = 1):
+        super().__init__()
+        if terms not in (1, 2):
+            raise ValueError("terms must be 1 or 2")
+        w = linear.weight.detach().to(torch.float32)
+        self.in_features, self.out_features, self.terms = w.shape[1], w.shape[0], terms
+        qs, scales = [], []
+        for _ in range(terms):
+            q, scale = _int8_rows(w)
+            qs.append(q)
+            scales.append(scale)
+            w = w - q.to(torch.float32) * scale.to(torch.float32)[:, None]
+        q, scale = torch.cat(qs).contiguous(), torch.cat(scales)
+        self.register_buffer("scale", scale)  # bfloat16: exact in both kernels
+        self._kernel = int8_kernel.current()
+        pad = 0
+        if self._kernel is None:  # torch's kernel: [rows, in] int8, bfloat16 activations
+            self.register_buffer("weight_int8", q)
+        else:  # ours: rows padded to whole 64-row blocks, packed k-major, float32 scales
+            pad = -q.shape[0] % int8_kernel.BLOCK
+            q = torch.cat([q, q.new_zeros(pad, q.shape[1])])
+            self.register_buffer("weight_blocks", self._kernel.pack(q))
+            scale32 = torch.cat([scale.to(torch.float32), scale.new_zeros(pad).float()])
+            self.register_buffer("scale32", scale32, persistent=False)
+        bias = linear.bias
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
+        # our kernel's output is the layer's whole output: no padding to cut, no terms to add
+        self._direct = self._kernel is not None and terms == 1 and not pad
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._direct and x.dtype == torch.float32 and not ROUND_ACTIVATIONS:  # a decode's path
+            y = self._kernel.mm(x.reshape(-1, self.in_features), self.weight_blocks, self.scale32)
+            y = y.view(*x.shape[:-1], self.out_features)
+            return y if self.bias is None else y + self.bias
+        rows = x.reshape(-1, self.in_features)
+        n = self.terms * self.out_features
+        if self._kernel is None:
+            y = torch._weight_int8pack_mm(rows.to(torch.bfloat16), self.weight_int8, self.scale)
+            y = y.to(x.dtype)
+        else:
+            # float32 activations: attention sums in one fixed order too (ROUND_ACTIVATIONS)
+            a = rows.to(torch.bfloat16).to(torch.float32) if ROUND_ACTIVATIONS else rows.float()
+            y = self._kernel.mm(a, self.weight_blocks, self.scale32)
+            y = (y if y.shape[1] == n else y[:, :n]).to(x.dtype)
+        if self.terms == 2:
+            y = y[:, : self.out_features] + y[:, self.out_features :]
+        y = y.reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def int8_weight(self) -> torch.Tensor:
+        """The stored int8 matrix, [terms * out_features, in_features], whichever kernel."""
+        if self._kernel is None:
+            return self.weight_int8
+        w = self.weight_blocks.transpose(1, 2).reshape(-1, self.in_features)
+        return w[: self.terms * self.out_features]
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight this layer computes with, in float32 (for tests and fidelity checks)."""
+        w = self.int8_weight().to(torch.float32) * self.scale.to(torch.float32)[:, None]
+        return w.reshape(self.terms, self.out_features, self.in_features).sum(0)
+
+    def extra_repr(self) -> str:
+        kernel = "torch kernel" if self._kernel is None else "specguard kernel"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            + ("int8 weight" if self.terms == 1 else "int8 weight + int8 residual")
+            + f", {kernel}"
+        )
+
+
+def _bf16_ceil(x: torch.Tensor) -> torch.Tensor:
+    """The smallest bfloat16 value >= x, elementwise (x > 0)."""
+    b = x.to(torch.bfloat16)
+    below = b.to(torch.float32) < x
+    return torch.where(below, torch.nextafter(b, torch.full_like(b, torch.inf)), b)
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """Replace every nn.Linear (the LM head included) with `Int8WeightOnlyLinear`, in place."""
+    return _replace_linears(model, Int8WeightOnlyLinear)
+
+
+def quantize_int8x2(model: nn.Module) -> nn.Module:
+    """Replace every nn.Linear with a two-term `Int8WeightOnlyLinear`, in place."""
+    return _replace_linears(model, lambda lin: Int8WeightOnlyLinear(lin, terms=2))
+
+
+GATED_MLPS = ("Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP")
+"""MLP classes whose forward is exactly `down_proj(act_fn(gate_proj(x)) * up_proj(x))`."""
+
+
+class GatedMLP(nn.Module):
+    """`down(act(gate(x)) * up(x))` with gate and up stacked as one int8 matrix: one kernel call
+    instead of two per layer, the same bits (each output channel is its own sum and scale)."""
+
+    def __init__(self, mlp: nn.Module, make: Callable[[nn.Linear], nn.Module]):
+        super().__init__()
+        gate, up = mlp.gate_proj, mlp.up_proj
+        stacked = nn.Linear(gate.in_features, 2 * gate.out_features, bias=False, device="meta")
+        stacked.weight = nn.Parameter(torch.cat([gate.weight, up.weight]).detach(), False)
+        self.intermediate = gate.out_features
+        self.gate_up, self.down_proj, self.act_fn = make(stacked), make(mlp.down_proj), mlp.act_fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gu = self.gate_up(x)
+        return self.down_proj(
+            self.act_fn(gu[..., : self.intermediate]) * gu[..., self.intermediate :]
+        )
+
+
+def _gated(sub: nn.Module) -> bool:
+    parts = [getattr(sub, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+    return type(sub).__name__ in GATED_MLPS and all(
+        type(p) is nn.Linear and p.bias is None for p in parts
+    )
+
+
+def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> nn.Module:
+    if getattr(model.config, "tie_word_embeddings", False):
+        # the head gets its own int8 copy; the input embedding stays float32 for lookups
+        model.config.tie_word_embeddings = False
+    for parent in list(model.modules()):
+        for attr, sub in list(parent.named_children()):
+            if _gated(sub):
+                setattr(parent, attr, GatedMLP(sub, make))
+            elif type(sub) is nn.Linear:
+                setattr(parent, attr, make(sub))
+    return model
+
+
+def quantize_dynamic_int8(model: nn.Module) -> nn.Module:
+    """torch's dynamic int8 (per-tensor activation scale per forward): fast, batch-dependent."""
+    return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+
+
+def apply(model: nn.Module, quantize: str, device: str) -> nn.Module:
+    """Apply a resolved (non-"auto") weight format to a loaded model."""
+    if quantize == "none":
+        return model
+    formats = {
+        "int8": quantize_int8,
+        "int8x2": quantize_int8x2,
+        "dynamic-int8": quantize_dynamic_int8,
+    }
+    if quantize not in formats:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}")
+    if not device.startswith("cpu"):
+        raise ValueError(f"{quantize} is a CPU weight format (device is {device})")
+    return formats[quantize](model)
+
+
+def row_invariant(model: nn.Module) -> bool:
+    """Does every Linear of `model` reduce each output the same way whatever the rows fed with
+    it (the int8 formats)? Then a token scores the same alone, in a chunk or in a batch."""
+    linears = [m for m in model.modules() if isinstance(m, (nn.Linear, Int8WeightOnlyLinear))]
+    return bool(linears) and all(isinstance(m, Int8WeightOnlyLinear) for m in linears)
+
+
+def kernel_name() -> str:
+    """Which kernel the int8 formats compute with in this process (for benchmark headers)."""
+    if int8_kernel.load() is None:
+        return "torch int8 (bf16 activations), float64 attention"
+    rounded = "bf16-rounded" if ROUND_ACTIVATIONS else "float32"
+    return f"specguard int8 ({rounded} activations), fixed-order attention"

@@ -1,0 +1,114 @@
+"""BFCL multi-turn as an agent runs it: BFCL's backends execute the calls a LangGraph agent
+makes, turn after turn, and BFCL's multi-turn checker grades the trajectory."""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from specguard_graph.bench.bfcl import multi_turn as mt
+from specguard_graph.bench.data import load
+from specguard_graph.bench.grade import grade_problem
+from specguard_graph.errors import ConfigError, InputError
+
+TASK = "multi_turn_base_0"
+
+
+def as_call(text: str) -> dict[str, Any]:
+    """A gold call string as a tool call (positional arguments named from the function doc)."""
+    node = ast.parse(text, mode="eval").body
+    doc = next(f for f in mt.tasks()[TASK][0]["function"] if f["name"] == node.func.id)
+    args = dict(
+        zip(doc["parameters"]["properties"], map(ast.literal_eval, node.args), strict=False)
+    )
+    return {
+        "name": node.func.id,
+        "args": {**args, **{k.arg: ast.literal_eval(k.value) for k in node.keywords}},
+    }
+
+
+class Scripted(BaseChatModel):
+    """Answers each turn with the gold calls, one message per call, then a closing text."""
+
+    script: list[list[str]]
+    turn: int = 0
+    made: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Scripted:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *a: Any, **k: Any) -> ChatResult:
+        calls = self.script[self.turn]
+        if self.made < len(calls):
+            c = as_call(calls[self.made])
+            self.made += 1
+            msg = AIMessage("", tool_calls=[{**c, "id": f"c{self.turn}{self.made}"}])
+        else:
+            msg = AIMessage("done")
+            self.turn, self.made = self.turn + 1, 0
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+@pytest.fixture(scope="module")
+def gold() -> list[list[str]]:
+    return mt.tasks()[TASK][1]
+
+
+def test_the_splits_hold_every_task_once():
+    dev, test = load("bfcl-multi-dev"), load("bfcl-multi")
+    assert [p["id"] for p in dev] == [f"multi_turn_base_{i}" for i in range(10)]
+    assert len(test) == 190 and test[0]["id"] == "multi_turn_base_10"
+    assert all(p["grader"] == "bfcl-multi" for p in dev + test)
+    with pytest.raises(InputError, match="bfcl-multi"):
+        mt.problems("bfcl-multi-all")
+
+
+def test_the_gold_trajectory_passes_bfcls_checker_on_every_turn(gold):
+    result = {"turns": [{"decoded": [[c] for c in turn]} for turn in gold]}
+    verdict = mt.grade(json.dumps(gold), TASK, result)
+    assert verdict == {"valid": True, "error_type": None, "turns_ok": len(gold),
+                       "turns": len(gold)}  # fmt: skip
+    wrong = {"turns": [*result["turns"][:2], {"decoded": [["sort('previous_report.pdf')"]]}]}
+    verdict = mt.grade(json.dumps(gold), TASK, wrong)
+    assert not verdict["valid"] and verdict["turns_ok"] == 2
+
+
+def test_an_agent_making_the_gold_calls_runs_on_bfcls_backends_and_passes(gold):
+    result = mt.run_task(Scripted(script=gold), TASK)
+    assert len(result["turns"]) == len(gold) and result["force_quit"] is None
+    first = result["turns"][0]["messages"]
+    assert first[0]["role"] == "human" and first[-1] == {"role": "assistant", "text": "done",
+        "calls": [], "invalid": 0, **dict.fromkeys(("source", "reason", "checked", "score",
+        "draft_text", "time_s", "fed", "timing"))}  # fmt: skip
+    tools = [m["text"] for m in first if m["role"] == "tool"]
+    assert len(tools) == len(gold[0]) and "Error" not in " ".join(tools)  # the backend ran them
+    problem = {"id": TASK, "question": TASK, "answer": json.dumps(gold), "grader": "bfcl-multi"}
+    assert grade_problem(problem, result) and result["bfcl"]["turns_ok"] == len(gold)
+
+
+def test_a_model_that_keeps_calling_is_stopped_at_bfcls_step_limit(gold):
+    loop = Scripted(script=[["ls(a=True)"] * 100])
+    result = mt.run_task(loop, TASK)
+    assert result["force_quit"] == 0 and len(result["turns"]) == 1
+    problem = {"id": TASK, "question": TASK, "answer": json.dumps(gold), "grader": "bfcl-multi"}
+    assert not grade_problem(problem, result)
+    assert result["bfcl"]["error_type"] == "multi_turn:force_quit"
+
+
+def test_method_names_are_checked_before_models_run(tiny):
+    with pytest.raises(ConfigError):
+        mt.solvers(["sd-verify"], tiny.draft, tiny.target)
+    assert set(mt.solvers(["target", "draft", "specguard-lossless", "specguard@tau=0.4"],
+                          tiny.draft, tiny.target)) == {"target", "draft", "specguard-lossless",
+                                                        "specguard@tau=0.4"}  # fmt: skip
