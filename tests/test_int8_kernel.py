@@ -147,3 +147,34 @@ def test_switched_off_it_falls_back_to_torchs_kernel_still_row_invariant(tmp_pat
     assert out["kernel"] == "False" and out["invariant"] == "True"
     assert "torch kernel" in out["repr"]
     assert not list(tmp_path.glob("*.so"))
+
+
+def test_each_environment_builds_the_kernel_in_a_folder_of_its_own(monkeypatch):
+    """Two environments sharing one cache (or two paths to one venv) would rebuild each
+    other's kernel in a shared folder: torch writes the paths it was imported from into the
+    build. The folder is keyed by them, so each keeps its own build."""
+    if not int8_kernel.supported():
+        pytest.skip("no AVX2/FMA: the kernel is not built here")
+    here = int8_kernel.build_dir()
+    monkeypatch.setattr(sys, "executable", "/another/venv/bin/python")
+    assert int8_kernel.build_dir() != here
+    monkeypatch.undo()
+    monkeypatch.setattr(torch, "__file__", "/link/to/the/venv/site-packages/torch/__init__.py")
+    assert int8_kernel.build_dir() != here
+    monkeypatch.undo()
+    assert int8_kernel.build_dir() == here
+    assert int8_kernel.load() is not None
+    ninja = (here / "build.ninja").read_text()
+    assert str(Path(torch.__file__).parent) in ninja  # built by this environment, as it sees it
+
+
+def test_a_new_process_in_the_same_environment_does_not_compile_again():
+    if not int8_kernel.supported():
+        pytest.skip("no AVX2/FMA: the kernel is not built here")
+    assert int8_kernel.load() is not None
+    built = {p: p.stat().st_mtime_ns for p in int8_kernel.build_dir().glob("*.so")}
+    code = "from specguard_graph.models.local import int8_kernel; print(int8_kernel.load())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True)  # fmt: skip
+    assert "compiling" not in out.stderr and "module" in out.stdout
+    assert built and {p: p.stat().st_mtime_ns for p in built} == built

@@ -221,8 +221,9 @@ def test_a_served_draft_keeps_both_signals_when_a_local_target_scores_its_text(s
 
 
 def test_a_repeatable_served_model_asks_the_engine_not_to_reuse_a_cached_prompt():
-    """Value labels compare two continuations: llama.cpp's cached-prefix reuse changes the
-    text, so the labeller's requests carry `cache_prompt: false`."""
+    """Requests ask llama.cpp to keep the prompt's KV (`cache_prompt: true`). Value labels
+    compare two continuations, and llama.cpp's cached-prefix reuse changes the text, so the
+    labeller's requests carry `cache_prompt: false`."""
     import json
 
     import httpx
@@ -239,11 +240,15 @@ def test_a_repeatable_served_model_asks_the_engine_not_to_reuse_a_cached_prompt(
     client = httpx.Client(transport=httpx.MockTransport(handle))
     model = ServedStepModel("http://engine/v1", model="m", tokenizer=object(), http_client=client)
     _ask(model, n=1)
-    assert "cache_prompt" not in seen[-1]
+    assert seen[-1]["cache_prompt"] is True  # an agent's next call reuses its prefix
     _ask(repeatable(model), n=1)
     assert seen[-1]["cache_prompt"] is False and seen[-1]["prompt"] == "q"
     _ask(model, n=1)  # the caller's own model is left as it was
-    assert "cache_prompt" not in seen[-1]
+    assert seen[-1]["cache_prompt"] is True
+    mine = ServedStepModel("http://engine/v1", model="m", tokenizer=object(), http_client=client,
+                           extra_body={"cache_prompt": False, "n_probs": 2})  # fmt: skip
+    _ask(mine, n=1)
+    assert seen[-1]["cache_prompt"] is False and seen[-1]["n_probs"] == 2  # the user's own
 
 
 def test_echo_refuses_an_engine_without_prompt_logprobs():
@@ -294,3 +299,19 @@ def test_serving_with_vllm_without_its_environment_is_one_line(monkeypatch):
     res = CliRunner().invoke(app, ["models", "serve", "draft", "--engine", "vllm"])
     assert res.exit_code == 2 and res.stderr.startswith("error: no vLLM environment"), res.output
     assert "make vllm" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_llama_cpp_s_plain_model_is_a_bench_method_on_the_same_gguf():
+    """`llamacpp-target` starts llama.cpp on the embedded GGUF once per process and answers
+    like `target` does: greedy text, its token count and latency (here the draft's GGUF)."""
+    from specguard_graph.bench import llamacpp_target
+    from specguard_graph.bench.methods import SPEC, parse
+
+    _gguf()
+    assert parse("llamacpp-target") == ("llamacpp-target", {})
+    solve = llamacpp_target.solver(24, SPEC, role="draft")
+    first, again = solve(Q["question"]), solve(Q["question"])
+    assert first["text"] and 0 < first["tokens"] <= 24 and first["latency_s"] > 0
+    assert again["text"] == first["text"]  # greedy, the prompt computed afresh each time
+    model = llamacpp_target.served("draft")
+    assert model is llamacpp_target.served("draft") and model.extra_body["cache_prompt"] is False

@@ -4,6 +4,7 @@ target / draft: one model alone, greedy. sd: token-level speculative decoding, t
 assisted generation with the draft as assistant (output equals the target's greedy), kept as
 the reference. sd-verify: the project's own, on the verifier SpecGuard's fallback uses
 (`models/verify.py`): three draft tokens per target forward, exact on the int8 formats.
+llamacpp-target: llama.cpp's plain target on the same GGUF (`llamacpp_target.py`).
 rsd: step-level reward-guided decoding with the target as a one-prefill judge (rsd.py).
 specguard*: the graph with the paper's settings or an ablation. A SpecGuard method name may
 carry config overrides after "@", joined by "+": `specguard-greedy@tau=0.55+max_step_tokens=96`
@@ -49,7 +50,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "target-program": {"k": 1, "temperature": 0.0, "tau": 0.0},
     "draft-program": {"k": 1, "temperature": 0.0, "tau": 0.0},
 }
-PLAIN = ("target", "draft", "sd", "sd-verify", "rsd")
+PLAIN = ("target", "draft", "sd", "sd-verify", "rsd", "llamacpp-target")
 METHODS = (*PLAIN, *ABLATIONS)
 
 
@@ -200,6 +201,10 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
         return plain(target, max_tokens, spec)
     if name == "draft":
         return plain(draft, max_tokens, spec)
+    if name == "llamacpp-target":  # llama.cpp's plain target on the same GGUF
+        from .llamacpp_target import solver
+
+        return solver(max_tokens, spec)
     if name == "sd":
         if sd_target is not None:
             return plain(sd_target, max_tokens, spec)

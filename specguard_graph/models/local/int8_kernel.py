@@ -12,9 +12,10 @@ KV cache in every layer of every decoded token; `capture.py` says how it is used
 
 Both are built with torch's C++ extension tooling (a C++ compiler and `ninja`, both present on
 the machines this project runs on) into `$SPECGUARD_HOME/kernels/<hash of sources, flags and
-torch>`; `SPECGUARD_KERNEL_DIR` overrides the place. Where they cannot run (not x86-64 with AVX2
-and FMA) or `SPECGUARD_INT8_KERNEL=torch` asks so, `int8` falls back to torch's kernel (on
-bfloat16 activations), row-invariant too, and attention to float64.
+the compiling environment>` (`build_key`); `SPECGUARD_KERNEL_DIR` overrides the place. Where
+they cannot run (not x86-64 with AVX2 and FMA) or `SPECGUARD_INT8_KERNEL=torch` asks so, `int8`
+falls back to torch's kernel (on bfloat16 activations), row-invariant too, and attention to
+float64.
 """
 
 from __future__ import annotations
@@ -55,19 +56,26 @@ def supported() -> bool:
     return platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= _cpu_flags()
 
 
+def build_key() -> bytes:
+    """What a build depends on: the sources, the flags, and the environment that compiles it.
+    torch writes its include paths and the interpreter into the build's ninja file as the
+    process sees them, so two environments (or two paths to one venv) sharing a folder would
+    each find the other's build out of date and compile again (~45 s per new process)."""
+    return b"\0".join([
+        *(f.read_bytes() for f in SOURCES), " ".join(FLAGS).encode(),
+        torch.__version__.encode(), str(Path(torch.__file__).parent).encode(),
+        sys.executable.encode(),
+    ])  # fmt: skip
+
+
 def build_dir() -> Path:
-    """Where the compiled kernel lives: one directory per source, flags and torch version."""
+    """Where the compiled kernel lives: one directory per `build_key`."""
     env = os.environ.get("SPECGUARD_KERNEL_DIR")
     if env:
         return Path(env).expanduser()
     from ..install.registry import home
 
-    tag = hashlib.sha256(
-        b"".join(f.read_bytes() for f in SOURCES)
-        + " ".join(FLAGS).encode()
-        + torch.__version__.encode()
-    ).hexdigest()[:16]
-    return home() / "kernels" / tag
+    return home() / "kernels" / hashlib.sha256(build_key()).hexdigest()[:16]
 
 
 @functools.cache

@@ -76,7 +76,10 @@ class ServedStepModel(CallableStepModel):
         self.client = openai.OpenAI(base_url=self.base_url, api_key=key or "none",
                                     timeout=timeout, max_retries=retries,
                                     http_client=http_client)  # fmt: skip
-        self.extra_body = extra_body  # engine-specific request fields (`repeatable`)
+        # engine-specific request fields (`repeatable`): llama.cpp keeps the prompt's KV for the
+        # next request that shares its prefix (an agent's next call); vLLM's automatic prefix
+        # caching and SGLang's radix cache need no field, and ignore this one
+        self.extra_body = {"cache_prompt": True, **(extra_body or {})}
         self.prompt_logprobs = prompt_logprobs
         self.model = model or self._served_model()
         template = tokenizer or server_template(self.base_url, self.model)

@@ -1,0 +1,107 @@
+"""The BFCL multi-turn run read back: accuracy by BFCL's checker with 95 % CIs, per-turn
+success, each method's latency against the target's on the same tasks, whether a method's
+trajectory is the target's, and which conversation checks fired and what the target then did.
+
+Only tasks every method has finished are compared (the run is resumable and interleaved).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..report import wilson
+
+
+def load(out_dir: Path, methods: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    runs = {}
+    for m in methods:
+        path = out_dir / f"{m}.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        runs[m] = {r["id"]: r for r in rows}
+    shared = set.intersection(*(set(r) for r in runs.values())) if runs else set()
+    return {m: {i: r for i, r in rs.items() if i in shared} for m, rs in runs.items()}
+
+
+def trajectory(record: dict[str, Any]) -> list[list[tuple[str, str]]]:
+    """Per turn, what the assistant said and called, in order (who wrote it left out)."""
+    return [[(m["text"], json.dumps(m["calls"], sort_keys=True)) for m in t["messages"]
+             if m["role"] == "assistant"] for t in record["turns"]]  # fmt: skip
+
+
+def assistant_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for t in record["turns"] for m in t["messages"] if m["role"] == "assistant"]
+
+
+def checks(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """For each reason a drafted message went to the target: how often, and how often the
+    target then wrote something other than the draft."""
+    fired: Counter[str] = Counter()
+    changed: Counter[str] = Counter()
+    for r in records.values():
+        for m in assistant_messages(r):
+            reason = m.get("checked")
+            if reason and reason != "ok":
+                fired[reason] += 1
+                changed[reason] += m.get("draft_text") is not None and m["source"] == "target" \
+                    and (m.get("draft_text") or "").strip() != _written(m)  # fmt: skip
+    return {k: {"fired": v, "target_differed": changed[k]} for k, v in fired.most_common()}
+
+
+def _written(m: dict[str, Any]) -> str:
+    blocks = ["<tool_call>\n" + json.dumps({"name": c["name"], "arguments": c["args"]},
+              ensure_ascii=False) + "\n</tool_call>" for c in m["calls"]]  # fmt: skip
+    return "\n".join([t for t in [m["text"].strip(), *blocks] if t]).strip()
+
+
+def fed(records: dict[str, dict[str, Any]]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for r in records.values():
+        for m in assistant_messages(r):
+            total.update({k: int(v) for k, v in (m.get("fed") or {}).items()})
+    return dict(total)
+
+
+def summary(runs: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    target = runs.get("target", {})
+    rows = []
+    for m, rs in runs.items():
+        n = len(rs)
+        ok = sum(bool(r["correct"]) for r in rs.values())
+        turns = sum(r["bfcl"]["turns"] for r in rs.values())
+        turns_ok = sum(r["bfcl"]["turns_ok"] for r in rs.values())
+        ratios = [r["latency_s"] / target[i]["latency_s"] for i, r in rs.items() if i in target]
+        same = sum(trajectory(r) == trajectory(target[i]) for i, r in rs.items() if i in target)
+        calls = sum(len(assistant_messages(r)) for r in rs.values())
+        lo, hi = wilson(ok, n) if n else (0.0, 0.0)
+        rows.append({"method": m, "tasks": n, "accuracy": ok / n if n else 0.0, "ci": (lo, hi),
+                     "turn_success": turns_ok / turns if turns else 0.0,
+                     "latency_ratio": statistics.median(ratios) if ratios else None,
+                     "median_latency_s": statistics.median(r["latency_s"] for r in rs.values())
+                     if rs else None, "same_trajectory": same, "model_calls": calls,
+                     "checks": checks(rs), "fed": fed(rs)})  # fmt: skip
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    out = ["| method | tasks | accuracy (95 % CI) | turns passed | × target (median) "
+           "| median s | trajectory = target's | model calls |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lo, hi = r["ci"]
+        ratio = "—" if r["latency_ratio"] is None else f"{r['latency_ratio']:.2f}"
+        out.append(f"| `{r['method']}` | {r['tasks']} | {100 * r['accuracy']:.1f} % "
+                   f"({100 * lo:.0f}–{100 * hi:.0f}) | {100 * r['turn_success']:.1f} % | {ratio} "
+                   f"| {r['median_latency_s']:.0f} | {r['same_trajectory']}/{r['tasks']} "
+                   f"| {r['model_calls']} |")  # fmt: skip
+    out.append(
+        "\nChecks that sent a drafted message to the target (fired / the target then "
+        "wrote something else), and tokens fed per model:\n"
+    )
+    for r in rows:
+        out.append(f"- `{r['method']}`: checks {json.dumps(r['checks'], ensure_ascii=False)}; "
+                   f"fed {json.dumps(r['fed'])}")  # fmt: skip
+    return "\n".join(out) + "\n"
