@@ -88,13 +88,18 @@ def greedy(lm: LocalCausalLM, pc: PrefixCache, *, max_new_tokens: int, index: Ng
     return seq[start:], forwards
 
 
-def check_proposals(lm: LocalCausalLM, pc: PrefixCache, last: int, prop: list[int],
-                    eos: set[int]) -> tuple[torch.Tensor, list[int]]:  # fmt: skip
+def check_proposals(
+    lm: LocalCausalLM, pc: PrefixCache, last: int, prop: list[int], eos: set[int],
+    before: Sequence[int] = (),
+) -> tuple[torch.Tensor, list[int]]:  # fmt: skip
     """One forward over `last` and the proposals on `pc`'s cache: its float32 logits, and the
     greedy tokens it yields (the proposals greedy agrees with, then greedy's own next token).
-    The cache then holds all of them; the caller crops what was not accepted."""
-    x = torch.tensor([[last, *prop]], device=lm.device)
-    logits = lm.model(input_ids=x, cache=pc.cache, use_cache=True).logits[0].float()
+    The cache then holds all of them; the caller crops what was not accepted. `before`: context
+    tokens the cache still lacks, prefilled in the same forward (on a row-invariant model the
+    rows checked come out as they would after a prefill of their own)."""
+    x = torch.tensor([[*before, last, *prop]], device=lm.device)
+    out = lm.model(input_ids=x, cache=pc.cache, use_cache=True, logits_to_keep=len(prop) + 1)
+    logits = out.logits[0].float()
     best = torch.nan_to_num(logits, nan=0.0).argmax(-1).tolist()  # as decoding.decode
     return logits, _accepted(prop, best, eos)
 

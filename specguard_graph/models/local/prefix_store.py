@@ -113,15 +113,16 @@ class PrefixStore:
         if self.max_bytes == 0 or len(ids) < MIN_TOKENS:
             return True
         key = tuple(ids)
-        copy = compact_copy(cache, self.config, len(key))
-        size = nbytes(copy)
-        if size > self.max_bytes:
-            return True
         with self._lock:
             longer = next((k for k in self._entries if k[: len(key)] == key), None)
             if longer is not None:  # already covered by a longer entry
                 self._entries.move_to_end(longer)
                 return True
+        copy = compact_copy(cache, self.config, len(key))
+        size = nbytes(copy)
+        if size > self.max_bytes:
+            return True
+        with self._lock:
             for old in [k for k in self._entries if k == key[: len(k)]]:
                 del self._entries[old]  # a stored prefix of this one is now redundant
             self._entries[key] = _Entry(key, copy, size)

@@ -179,7 +179,8 @@ def verify_greedy(
     stats = Verification(0, len(candidate), 0, 0, 0)
     on_candidate, done, chunk = True, False, k
     with target.lock:
-        target.catch_up(pc)
+        # the context the cache lacks rides in the first checking forward: one forward fewer
+        pending = target.reuse(pc, pc.ids[:-1])
         stretch = Stretch(list(pc.ids), lookup if draft else 0)
         while not done:
             room = max_new_tokens - len(gen) - 1
@@ -193,8 +194,12 @@ def verify_greedy(
                 stats.proposed += drafted
                 stats.looked_up += len(prop) - drafted
             last = gen[-1] if gen else pc.ids[-1]
-            logits, new = check_proposals(target, pc, last, prop, eos)
+            logits, new = check_proposals(target, pc, last, prop, eos, before=pending)
             stats.forwards += 1
+            if pending or not pc.remembered:  # the prompt, for later runs (as `catch_up`)
+                pc.prefill_tokens += len(pending)
+                pc.remembered = target.prefix_store.remember(pc.ids[:-1], pc.cache)
+                pending = []
             for i, tok in enumerate(new):  # the stops `decode` applies, token by token
                 gen.append(tok)
                 if tok in eos or watch.seen(0, tok) or len(gen) >= max_new_tokens:
