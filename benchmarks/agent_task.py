@@ -1,10 +1,12 @@
 """A LangChain agent (`create_agent`, four tools: examples/tool_agent.py) on the embedded pair,
-with SpecGuard as its model and with the target alone as its model, interleaved per task.
+with SpecGuard as its model and with the target alone as its model (`PlainChatModel`),
+interleaved per task; then the README's agent quickstart (one tool, `chat_config()`) the same
+way. Every run is bounded by its recursion limit.
 
 .venv/bin/python benchmarks/agent_task.py [--rounds 1] [--tau 0.5]
 
-Prints per task and model: the messages (who wrote each), the share drafted, the latency and
-whether the answer holds the right number; then the median latency ratio SpecGuard / target.
+Prints per task and model: right or wrong, the model calls, who wrote each message, whether
+the run was stopped at its limit, the latency; then the median latency ratio SpecGuard / target.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
 
 import tool_agent
 
-from specguard_graph import SpecGuardChatModel, chat_config
+from specguard_graph import PlainChatModel, SpecGuardChatModel, chat_config
 from specguard_graph.machine import describe
 from specguard_graph.models.loading import load_lm
 
@@ -42,12 +44,10 @@ def main() -> None:
     args = ap.parse_args()
     print(describe())
     draft, target = load_lm("draft"), load_lm("target")
-    # the target alone: the target drafts for itself and every message is accepted (beta = 1:
-    # no attention captured); a message it writes that fails the check is written again
-    alone, cfg = chat_config(tau=0.0, beta=1.0), chat_config(tau=args.tau)
+    cfg = chat_config(tau=args.tau, max_step_tokens=128, max_total_tokens=128)
     models = {
         "specguard": SpecGuardChatModel(draft=draft, target=target, config=cfg),
-        "target": SpecGuardChatModel(draft=target, target=target, config=alone),
+        "target": PlainChatModel(lm=target, max_tokens=128),
     }
     ratios = []
     for r in range(args.rounds):
@@ -60,11 +60,43 @@ def main() -> None:
                 latency[name] = out["latency_s"]
                 ok = right(out["answer"], gold)
                 shown = [m["calls"] or m["text"][:60] for m in msgs]
-                print(f"[{r}] {name:9} {out['latency_s']:6.1f} s  right={ok}  "
-                      f"drafted={drafted}/{len(msgs)}  {shown}", flush=True)  # fmt: skip
+                print(f"[{r}] {name:9} {out['latency_s']:6.1f} s  right={ok}  calls={len(msgs)} "
+                      f"drafted={drafted}/{len(msgs)}  stopped={out['stopped']}  {shown}",
+                      flush=True)  # fmt: skip
             ratios.append(latency["specguard"] / latency["target"])
+        for name, model in quickstart_models(draft, target).items():
+            out = quickstart(model)
+            ok = right(out["answer"], 391)
+            print(f"[{r}] quickstart {name:9} {out['latency_s']:6.1f} s  right={ok}  "
+                  f"calls={out['calls']}  sources={out['sources']}  "
+                  f"answer={out['answer'][:60]!r}", flush=True)  # fmt: skip
     print(f"median latency SpecGuard / target as the agent's model: {statistics.median(ratios):.2f}"
           f" over {len(ratios)} runs (tau {args.tau})")  # fmt: skip
+
+
+def quickstart_models(draft, target):  # type: ignore[no-untyped-def]
+    return {"specguard": SpecGuardChatModel(draft=draft, target=target, config=chat_config()),
+            "target": PlainChatModel(lm=target)}  # fmt: skip
+
+
+def quickstart(model) -> dict:  # type: ignore[no-untyped-def]
+    """The README's agent example as written: one tool, recursion limit 12."""
+    import time
+
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langgraph.errors import GraphRecursionError
+
+    agent = create_agent(model, [tool_agent.multiply])
+    t0 = time.perf_counter()
+    try:
+        out = agent.invoke({"messages": [("user", "What is 17 * 23?")]}, {"recursion_limit": 12})
+        answer = out["messages"][-1].content
+        msgs = [m for m in out["messages"] if isinstance(m, AIMessage)]
+    except GraphRecursionError:
+        answer, msgs = "", []
+    return {"answer": answer, "latency_s": time.perf_counter() - t0, "calls": len(msgs),
+            "sources": [m.response_metadata.get("source") for m in msgs]}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -65,8 +65,8 @@ def main() -> None:
     ap.add_argument("--model", choices=("draft", "target"), default="target")
     ap.add_argument("--max-calls", type=int, default=10)
     args = ap.parse_args()
+    lms = {role: load_lm(role) for role in {args.agent, args.model}}  # sets the threads
     print(f"{describe()}; task {args.task}; agent {args.agent}; replayed on {args.model}")
-    lms = {role: load_lm(role) for role in {args.agent, args.model}}
     prompts = record_prompts(lms[args.agent], args.task, args.max_calls)
     warm = lms[args.model]
     warm.prefix_store.clear()

@@ -48,7 +48,11 @@ def lookup_population(city: str) -> int:
 
 
 TOOLS = [add, multiply, convert_units, lookup_population]
-SYSTEM = "Use the tools for every computation, one call at a time. Answer in one sentence."
+SYSTEM = (
+    "Use the tools for every computation, one call at a time. Once the tool results answer the "
+    "question, answer in one sentence without calling a tool again."
+)
+RECURSION_LIMIT = 16  # a model that keeps calling stops here (seven calls), not hours later
 
 
 def build_agent(draft: Any, target: Any, *, model: Any = None, tau: float = 0.5) -> Any:
@@ -61,11 +65,21 @@ def build_agent(draft: Any, target: Any, *, model: Any = None, tau: float = 0.5)
 
 def run(agent: Any, task: str) -> dict[str, Any]:
     """Run one task; what each message was and who wrote it."""
+    from langgraph.errors import GraphRecursionError
+
     t0 = time.perf_counter()
-    out = agent.invoke({"messages": [HumanMessage(task)]})
+    out: dict[str, Any] = {"messages": [HumanMessage(task)]}
+    stopped = False
+    limit = {"recursion_limit": RECURSION_LIMIT}
+    try:  # the run's state after every step, so a stopped run still shows what it did
+        for state in agent.stream({"messages": out["messages"]}, limit, stream_mode="values"):
+            out = state
+    except GraphRecursionError:
+        stopped = True
     messages = [m for m in out["messages"] if isinstance(m, AIMessage)]
     return {
-        "answer": out["messages"][-1].content,
+        "answer": "" if stopped else out["messages"][-1].content,
+        "stopped": stopped,
         "latency_s": time.perf_counter() - t0,
         "messages": [
             {

@@ -116,3 +116,22 @@ def test_a_killed_run_resumes_from_its_last_accepted_step(tmp_path):
     steps = state["channel_values"]["steps"]
     assert len(steps) == 8
     assert [s["text"] for s in steps[: len(before)]] == [e["text"] for e in before]
+
+
+def test_tool_agent_stops_a_model_that_never_stops_calling(tiny):
+    """A model that calls on every turn ends at the example's recursion limit, with what it
+    did so far, instead of running for hours."""
+    loop = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+
+    def draft_fn(prompt, n, **kw):
+        return [StepOutput(text=loop, token_logprobs=[-0.1], ended="eos")] * n
+
+    draft = CallableStepModel(draft_fn, has_logprobs=True, tokenizer=tiny_tokenizer())
+    model = SpecGuardChatModel(draft=draft, target=draft, config=chat_config(beta=1.0))
+    result = tool_agent.run(tool_agent.build_agent(None, None, model=model), "1 + 2?")
+    assert result["stopped"] and result["answer"] == ""
+    assert len(result["messages"]) == (tool_agent.RECURSION_LIMIT + 1) // 2
+    # every call after the first repeats an answered one: the target (here the same
+    # function) was asked to write it, and wrote the same call
+    assert {m["reason"] for m in result["messages"][1:]} == {
+        "repeats a call already made and answered"}  # fmt: skip
