@@ -90,7 +90,7 @@ def test_an_agent_making_the_gold_calls_runs_on_bfcls_backends_and_passes(gold):
     first = result["turns"][0]["messages"]
     assert first[0]["role"] == "human" and first[-1] == {"role": "assistant", "text": "done",
         "calls": [], "invalid": 0, **dict.fromkeys(("source", "reason", "checked", "score",
-        "draft_text", "time_s", "fed", "timing"))}  # fmt: skip
+        "draft_text", "time_s", "fed", "timing", "prefill_s", "decode_s"))}  # fmt: skip
     tools = [m["text"] for m in first if m["role"] == "tool"]
     assert len(tools) == len(gold[0]) and "Error" not in " ".join(tools)  # the backend ran them
     problem = {"id": TASK, "question": TASK, "answer": json.dumps(gold), "grader": "bfcl-multi"}

@@ -92,3 +92,29 @@ def test_the_default_system_prompt_comes_only_with_tools_and_without_a_system_me
     own = [{"role": "system", "content": "be brief"}, *ASKED]
     assert with_system(own, AGENT_SYSTEM, [TOOL]) == own
     assert with_system(ASKED, None, [TOOL]) == ASKED
+
+
+def test_the_plain_chat_model_writes_alone_and_its_next_call_reuses_the_conversation():
+    import copy
+
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from specguard_graph import PlainChatModel
+    from specguard_graph.models.local import numerics
+    from specguard_graph.models.local.hf import LocalCausalLM
+    from specguard_graph.testing import tiny_lm
+
+    base = tiny_lm(layers=2, hidden=64, heads=4, seed=4)
+    lm = LocalCausalLM(numerics.apply(copy.deepcopy(base.model), "int8", "cpu"), base.tokenizer)
+    model = PlainChatModel(lm=lm, max_tokens=6).bind_tools([TOOL])
+    first = model.invoke([HumanMessage("What is 17 * 23?")])
+    meta = first.response_metadata
+    assert meta["source"] == "plain" and meta["fed"]["reused"] == 0
+    assert meta["fed"]["prefill"] == first.usage_metadata["input_tokens"] - 1
+    assert meta["prefill_s"] > 0 and meta["decode_s"] > 0
+    call = {"name": "multiply", "args": {"a": 17, "b": 23}, "id": "c1"}
+    convo = [HumanMessage("What is 17 * 23?"), AIMessage("", tool_calls=[call]),
+             ToolMessage("391.0", tool_call_id="c1", name="multiply")]  # fmt: skip
+    second = model.invoke(convo).response_metadata["fed"]
+    assert second["reused"] >= meta["fed"]["prefill"] - 8  # the system block and the question
+    assert second["prefill"] < meta["fed"]["prefill"]

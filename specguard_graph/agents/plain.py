@@ -29,7 +29,8 @@ from .spec import chat_question
 
 
 class PlainChatModel(BaseChatModel):
-    """`lm` (a `LocalCausalLM`) writes every message itself, greedily."""
+    """`lm` (a `LocalCausalLM`) writes every message itself, greedily; `response_metadata`
+    says what it fed (`fed`) and how long the prefill and the decode took."""
 
     lm: Any
     calls: CallFormat = "json"
@@ -63,6 +64,9 @@ class PlainChatModel(BaseChatModel):
                                  tools, tool_choice, self.calls)  # fmt: skip
         t0 = time.perf_counter()
         pc = self.lm.new_prefix(SPEC.render_prompt(question, self.lm.tokenizer))
+        with self.lm.lock:  # the prefill on its own clock (`sample` then feeds nothing more)
+            self.lm.catch_up(pc)
+        t1 = time.perf_counter()
         s = self.lm.sample(pc, n=1, delimiter=NEVER, max_new_tokens=self.max_tokens,
                            temperature=0.0, fork=False)  # fmt: skip
         cand = s.candidates[0]
@@ -71,7 +75,8 @@ class PlainChatModel(BaseChatModel):
                "reused": pc.reused_tokens}  # fmt: skip
         meta = {"model_name": getattr(self.lm, "name", "local"), "source": "plain",
                 "finish_reason": finish_reason(parsed, cand.ended), "fed": fed,
-                "time_s": time.perf_counter() - t0}  # fmt: skip
+                "time_s": time.perf_counter() - t0, "prefill_s": t1 - t0,
+                "decode_s": time.perf_counter() - t1}  # fmt: skip
         n_in = len(pc.ids)  # the prompt (sample leaves the context as it was)
         usage = {"input_tokens": n_in, "output_tokens": cand.n_tokens,
                  "total_tokens": n_in + cand.n_tokens}  # fmt: skip

@@ -98,7 +98,18 @@ def _message(m: Any) -> dict[str, Any]:
 
     if isinstance(m, AIMessage):
         meta = m.response_metadata or {}
-        keep = ("source", "reason", "checked", "score", "draft_text", "time_s", "fed", "timing")
+        keep = (
+            "source",
+            "reason",
+            "checked",
+            "score",
+            "draft_text",
+            "time_s",
+            "fed",
+            "timing",
+            "prefill_s",
+            "decode_s",
+        )
         return {"role": "assistant", "text": m.text, "calls": [
             {"name": c["name"], "args": c["args"]} for c in m.tool_calls],
             "invalid": len(m.invalid_tool_calls), **{k: meta.get(k) for k in keep}}  # fmt: skip
