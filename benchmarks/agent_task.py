@@ -41,9 +41,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--tau", type=float, default=0.5)
+    ap.add_argument("--ablation", action="store_true",
+                    help="only the quickstart, with each fix taken away in turn")  # fmt: skip
     args = ap.parse_args()
-    print(describe())
     draft, target = load_lm("draft"), load_lm("target")
+    print(describe())
+    if args.ablation:
+        return ablation(draft, target)
     cfg = chat_config(tau=args.tau, max_step_tokens=128, max_total_tokens=128)
     models = {
         "specguard": SpecGuardChatModel(draft=draft, target=target, config=cfg),
@@ -72,6 +76,43 @@ def main() -> None:
                   f"answer={out['answer'][:60]!r}", flush=True)  # fmt: skip
     print(f"median latency SpecGuard / target as the agent's model: {statistics.median(ratios):.2f}"
           f" over {len(ratios)} runs (tau {args.tau})")  # fmt: skip
+
+
+def ablation(draft, target) -> None:  # type: ignore[no-untyped-def]
+    """What the fixed template, the default system prompt and the conversation checks each
+    change on the README quickstart: every variant takes one of them away."""
+    from specguard_graph.agents import spec
+    from specguard_graph.models.tool_template import DOUBLED, SINGLE
+
+    fixed = {lm: lm.tokenizer.chat_template for lm in (draft, target)}
+    variants = {
+        "as shipped": {},
+        "no system prompt": {"system_prompt": None},
+        "the doubled-brace template": {"template": True},
+        "no conversation checks": {"checks": False},
+    }
+    for label, change in variants.items():
+        for name, model in quickstart_models(draft, target).items():
+            if "system_prompt" in change:
+                model.system_prompt = None
+            if change.get("checks") is False and name == "target":
+                continue  # the target alone runs no checks
+            for lm in (draft, target):
+                lm.tokenizer.chat_template = (fixed[lm].replace(SINGLE, DOUBLED)
+                                              if change.get("template") else fixed[lm])  # fmt: skip
+            checks = spec.conversation_check
+            if change.get("checks") is False:
+                spec.conversation_check = lambda messages, parsed: None
+            try:
+                out = quickstart(model)
+            finally:
+                spec.conversation_check = checks
+            ok = right(out["answer"], 391)
+            print(f"{label:27} {name:9} {out['latency_s']:6.1f} s  right={ok}"
+                  f"  calls={out['calls']}  sources={out['sources']}  "
+                  f"answer={out['answer'][:50]!r}", flush=True)  # fmt: skip
+    for lm in (draft, target):
+        lm.tokenizer.chat_template = fixed[lm]
 
 
 def quickstart_models(draft, target):  # type: ignore[no-untyped-def]
