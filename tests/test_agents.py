@@ -312,7 +312,8 @@ def test_a_langchain_chat_model_can_be_the_draft_and_the_target():
     assert msg.response_metadata["source"] == "target"  # the draft's call misses "b"
     assert msg.tool_calls[0]["args"] == {"a": 2, "b": 3}
     assert draft.seen[0] == ("bind", ["add"], "add")
-    assert draft.seen[1] == ("call", ["HumanMessage", "AIMessage", "ToolMessage"])
+    # the conversation as LangChain messages, after the default agent system prompt
+    assert draft.seen[1] == ("call", ["SystemMessage", "HumanMessage", "AIMessage", "ToolMessage"])
 
 
 def test_a_served_template_renders_tools_as_transformers_does():

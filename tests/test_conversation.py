@@ -118,3 +118,12 @@ def test_the_plain_chat_model_writes_alone_and_its_next_call_reuses_the_conversa
     second = model.invoke(convo).response_metadata["fed"]
     assert second["reused"] >= meta["fed"]["prefill"] - 8  # the system block and the question
     assert second["prefill"] < meta["fed"]["prefill"]
+
+
+def test_a_call_written_as_text_that_the_parser_cannot_read_goes_to_the_target():
+    from specguard_graph.agents.conversation import UNREAD_CALL
+
+    seen = '{"name": "multiply", "arguments": {"a": 17, "b": 23}} {"response": "391.0"}'
+    assert check(ASKED, seen) == UNREAD_CALL  # the call and a made-up result: no call parsed
+    assert check(ASKED, 'I used {"name": "weather"} once.') is None  # not a bound tool
+    assert check(ASKED, CALL) is None  # a call that parses

@@ -6,6 +6,9 @@ showed the draft getting wrong while its calls still parsed and fit their schema
 - An empty message (no text, no call): an agent reads it as a final answer of nothing.
 - Text that plays another role (`<tool_response>...`, `Human: ...`): after a failed call the
   small models often wrote the tool's or the user's next turn themselves instead of calling.
+- A call to a bound tool written in the text where the parser reads no call: on BFCL the draft
+  wrote `{"name": "mkdir", "arguments": {...}} {"response": "None"}` (the call and a made-up
+  result) on every turn after the first, which an agent reads as a final answer.
 
 Each returns a fixed reason (`REASONS`), so evidence can count how often each one fired. A
 message these checks send to the target is written by the target: it may make the same call
@@ -24,7 +27,9 @@ from .calls import ParsedMessage
 REPEAT = "repeats a call already made and answered"
 EMPTY = "the message is empty"
 IMPERSONATION = "the message writes a tool's or the user's turn"
-REASONS = (REPEAT, EMPTY, IMPERSONATION)
+UNREAD_CALL = "the message writes a call in its text that does not parse as one"
+REASONS = (REPEAT, EMPTY, IMPERSONATION, UNREAD_CALL)
+_CALL_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _ROLE_PLAY = re.compile(r"<tool_response>|</tool_response>|^\s*(Human|User|Tool)\s*:", re.M)
 
 
@@ -53,12 +58,16 @@ def answered_calls(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     return out
 
 
-def conversation_check(messages: Sequence[Mapping[str, Any]], parsed: ParsedMessage) -> str | None:
-    """Why this drafted message goes to the target, read against the conversation."""
+def conversation_check(messages: Sequence[Mapping[str, Any]], parsed: ParsedMessage,
+                       tools: Sequence[str] = ()) -> str | None:  # fmt: skip
+    """Why this drafted message goes to the target, read against the conversation (`tools`:
+    the bound tools' names)."""
     if not parsed.calls and not parsed.invalid and not parsed.content.strip():
         return EMPTY
     if _ROLE_PLAY.search(parsed.content):
         return IMPERSONATION
+    if not parsed.calls and any(n in tools for n in _CALL_NAME.findall(parsed.content)):
+        return UNREAD_CALL
     done = answered_calls(messages)
     if any(call_key(c["name"], c["arguments"]) in done for c in parsed.calls):
         return REPEAT

@@ -90,7 +90,8 @@ class ChatSteps:
         why = check_calls(parsed, doc.get("tools") or [], doc.get("tool_choice"))
         if why is None and ended == "length":
             why = "the message was cut at its token budget"
-        return why or conversation_check(doc["messages"], parsed)
+        names = [t["function"]["name"] for t in doc.get("tools") or [] if "function" in t]
+        return why or conversation_check(doc["messages"], parsed, names)
 
     def vote_key(self, question: str, text: str) -> str:
         """Equal for two candidates that make the same calls (any order) or say the same text."""
