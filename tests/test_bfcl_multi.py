@@ -112,3 +112,44 @@ def test_method_names_are_checked_before_models_run(tiny):
     assert set(mt.solvers(["target", "draft", "specguard-lossless", "specguard@tau=0.4"],
                           tiny.draft, tiny.target)) == {"target", "draft", "specguard-lossless",
                                                         "specguard@tau=0.4"}  # fmt: skip
+
+
+def _record(task: str, ok: bool, latency: float, messages: list[dict], turns_ok: int) -> dict:
+    return {"id": task, "correct": ok, "latency_s": latency,
+            "bfcl": {"turns_ok": turns_ok, "turns": 2},
+            "turns": [{"messages": [{"role": "human", "text": "q"}, *messages]}]}  # fmt: skip
+
+
+def _msg(text: str, source: str, seconds: float, checked: str = "ok", draft: str | None = None):
+    return {"role": "assistant", "text": text, "calls": [], "source": source,
+            "checked": checked, "draft_text": draft, "time_s": seconds,
+            "fed": {"prefill": 10, "decode": 2}}  # fmt: skip
+
+
+def test_the_multi_turn_report_compares_methods_on_the_same_tasks(tmp_path):
+    from specguard_graph.bench.bfcl import multi_report
+
+    target = [_record("t1", True, 10.0, [_msg("a", "plain", 6.0), _msg("b", "plain", 4.0)], 2),
+              _record("t2", False, 20.0, [_msg("c", "plain", 20.0)], 1)]  # fmt: skip
+    lossless = [
+        _record("t1", True, 8.0, [_msg("a", "target", 7.0), _msg("b", "target", 1.0)], 2),
+        _record("t2", False, 10.0, [_msg("c", "target", 10.0)], 1),
+        _record("t3", True, 1.0, [], 2),
+    ]  # t3: the target has not run it yet
+    fast = [_record("t1", False, 2.0, [_msg("x", "draft", 2.0),
+                                       _msg("b", "target", 1.0, "repeats", draft="b")], 0),
+            _record("t2", False, 4.0, [_msg("y", "target", 4.0, "empty", draft="")],
+                    0)]  # fmt: skip
+    for name, rows in (("target", target), ("lossless", lossless), ("fast", fast)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = multi_report.load(tmp_path, ["target", "lossless", "fast"])
+    rows = {r["method"]: r for r in multi_report.summary(runs)}
+    assert rows["lossless"]["tasks"] == 2 and rows["lossless"]["accuracy"] == 0.5
+    assert rows["lossless"]["latency_ratio"] == pytest.approx(0.65)  # median of 0.8 and 0.5
+    assert rows["lossless"]["same_trajectory"] == 2 and rows["fast"]["same_trajectory"] == 0
+    assert rows["lossless"]["later_calls"] == pytest.approx(0.25)  # 1 s against 4 s
+    assert rows["fast"]["turn_success"] == 0 and rows["target"]["turn_success"] == 0.75
+    assert rows["fast"]["checks"] == {"repeats": {"fired": 1, "target_differed": 0},
+                                      "empty": {"fired": 1, "target_differed": 1}}  # fmt: skip
+    assert rows["target"]["fed"] == {"prefill": 30, "decode": 6}
+    assert "| `lossless` | 2 | 50.0 % " in multi_report.markdown(list(rows.values()))

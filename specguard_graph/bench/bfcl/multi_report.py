@@ -65,6 +65,20 @@ def fed(records: dict[str, dict[str, Any]]) -> dict[str, int]:
     return dict(total)
 
 
+def call_seconds(m: dict[str, Any]) -> float:
+    return float((m.get("timing") or {}).get("total_s") or m.get("time_s") or 0.0)
+
+
+def later_calls_ratio(record: dict[str, Any], target: dict[str, Any]) -> list[float]:
+    """Per call after each task's first, this method's seconds over the target's, where the
+    two wrote the same trajectory (the calls line up one to one)."""
+    if trajectory(record) != trajectory(target):
+        return []
+    mine, theirs = assistant_messages(record), assistant_messages(target)
+    return [call_seconds(a) / call_seconds(b) for a, b in zip(mine[1:], theirs[1:], strict=True)
+            if call_seconds(b) > 0]  # fmt: skip
+
+
 def summary(runs: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     target = runs.get("target", {})
     rows = []
@@ -76,27 +90,31 @@ def summary(runs: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         ratios = [r["latency_s"] / target[i]["latency_s"] for i, r in rs.items() if i in target]
         same = sum(trajectory(r) == trajectory(target[i]) for i, r in rs.items() if i in target)
         calls = sum(len(assistant_messages(r)) for r in rs.values())
+        later = [x for i, r in rs.items() if i in target for x in later_calls_ratio(r, target[i])]
         lo, hi = wilson(ok, n) if n else (0.0, 0.0)
         rows.append({"method": m, "tasks": n, "accuracy": ok / n if n else 0.0, "ci": (lo, hi),
                      "turn_success": turns_ok / turns if turns else 0.0,
                      "latency_ratio": statistics.median(ratios) if ratios else None,
                      "median_latency_s": statistics.median(r["latency_s"] for r in rs.values())
                      if rs else None, "same_trajectory": same, "model_calls": calls,
+                     "later_calls": statistics.median(later) if later else None,
                      "checks": checks(rs), "fed": fed(rs)})  # fmt: skip
     return rows
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     out = ["| method | tasks | accuracy (95 % CI) | turns passed | × target (median) "
-           "| median s | trajectory = target's | model calls |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "| median s | trajectory = target's | model calls | later calls × target |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         lo, hi = r["ci"]
-        ratio = "—" if r["latency_ratio"] is None else f"{r['latency_ratio']:.2f}"
+        ratio = _ratio(r["latency_ratio"])
         out.append(f"| `{r['method']}` | {r['tasks']} | {100 * r['accuracy']:.1f} % "
                    f"({100 * lo:.0f}–{100 * hi:.0f}) | {100 * r['turn_success']:.1f} % | {ratio} "
                    f"| {r['median_latency_s']:.0f} | {r['same_trajectory']}/{r['tasks']} "
-                   f"| {r['model_calls']} |")  # fmt: skip
+                   f"| {r['model_calls']} | {_ratio(r['later_calls'])} |")  # fmt: skip
+    out.append("\n`later calls × target`: per call after a task's first, where the trajectory "
+               "is the target's, the median of the call's seconds over the target's.")  # fmt: skip
     out.append(
         "\nChecks that sent a drafted message to the target (fired / the target then "
         "wrote something else), and tokens fed per model:\n"
@@ -105,3 +123,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         out.append(f"- `{r['method']}`: checks {json.dumps(r['checks'], ensure_ascii=False)}; "
                    f"fed {json.dumps(r['fed'])}")  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+def _ratio(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
