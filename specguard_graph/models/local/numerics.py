@@ -104,6 +104,32 @@ class Int8WeightOnlyLinear(nn.Module):
         y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
+    def rows(self, ids: torch.Tensor) -> Int8WeightOnlyLinear:
+        """This layer restricted to the output channels `ids`: the same int8 rows and scales,
+        so each kept output is the same bits as in the whole layer (its own fixed sum)."""
+        if self.terms != 1 or self.bias is not None:
+            raise ValueError("rows() takes a one-term layer without bias")
+        q, scale = self.int8_weight()[ids].contiguous(), self.scale[ids].clone()
+        out = Int8WeightOnlyLinear.__new__(Int8WeightOnlyLinear)
+        nn.Module.__init__(out)
+        out.in_features, out.out_features, out.terms = self.in_features, len(ids), 1
+        out.register_buffer("scale", scale)
+        out._kernel, out.bias, out._direct = self._kernel, None, False
+        if out._kernel is None:
+            out.register_buffer("weight_int8", q)
+        else:
+            pad = -q.shape[0] % int8_kernel.BLOCK
+            out.register_buffer(
+                "weight_blocks", out._kernel.pack(torch.cat([q, q.new_zeros(pad, q.shape[1])]))
+            )
+            out.register_buffer(
+                "scale32",
+                torch.cat([scale.float(), scale.new_zeros(pad).float()]),
+                persistent=False,
+            )
+            out._direct = not pad
+        return out
+
     def int8_weight(self) -> torch.Tensor:
         """The stored int8 matrix, [terms * out_features, in_features], whichever kernel."""
         if self._kernel is None:

@@ -35,6 +35,7 @@ import torch
 
 from ..base import PrefixCache, Sample
 from .decoding import DelimiterWatch, cut_step, token_logprobs
+from .draft_head import next_token
 from .hf import LocalCausalLM
 from .lookup import NgramIndex, check_proposals
 from .numerics import row_invariant
@@ -114,11 +115,8 @@ def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int)
     with draft.lock:
         feed, out = [*draft.reuse(pc, ids[:-1]), ids[-1]], []
         pc.prefill_tokens += len(feed) - 1
-        for _ in range(k):
-            x = torch.tensor([feed], device=draft.device)
-            logits = draft.model(input_ids=x, cache=pc.cache, use_cache=True, logits_to_keep=1)
-            row = torch.nan_to_num(logits.logits[0, -1].float(), nan=0.0)
-            out.append(int(row.argmax()))
+        for _ in range(k):  # over the draft's frequent vocabulary (`draft_head`)
+            out.append(next_token(draft, torch.tensor([feed], device=draft.device), pc.cache))
             feed = [out[-1]]
         pc.cache_ids = [*ids, *out[:-1]]
     pc.decode_tokens += len(out)

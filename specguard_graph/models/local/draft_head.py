@@ -1,0 +1,56 @@
+"""A cheaper draft for proposals: its output head over the most frequent tokens only (FR-Spec,
+arXiv 2502.14856).
+
+The 0.5B draft's head is 151,936 x 896, 27.6 % of its weights, read for every token it
+proposes. Where a draft token is only a proposal that the target checks (the project's
+lossless SD, `verify.propose`), the draft need not rank the whole vocabulary: it picks among
+the first `PROPOSAL_VOCAB` ids (Qwen's byte-level BPE numbers its tokens in merge order, the
+frequent ones first: the first 32,768 ids cover 94 % of the target's tokens on gsm8k answers
+and BFCL turns) plus every special token (end of turn, `<tool_call>`). A proposal outside
+the subset is simply not made; the target writes its own token, so the text is unchanged.
+The kept rows are the full head's int8 rows as they are, so each kept logit is the same bits.
+
+Where the draft's full distribution is read, the full head stays: SpecGuard's draft sampling
+(`LocalCausalLM.sample`: the min-log-prob signal and the vote need every token's probability)
+and scoring. `lm.proposal_vocab = 0` turns the subset off for a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .numerics import Int8WeightOnlyLinear
+
+PROPOSAL_VOCAB = 32768
+
+
+def proposal_head(lm: Any) -> tuple[Int8WeightOnlyLinear, torch.Tensor] | None:
+    """The reduced head and the token ids of its rows (None: the full head is used)."""
+    cached = getattr(lm, "_proposal_head", None)
+    size = getattr(lm, "proposal_vocab", PROPOSAL_VOCAB)
+    if cached is not None and cached[0] == size:
+        return cached[1]
+    head = lm.model.get_output_embeddings()
+    found = None
+    usable = isinstance(head, Int8WeightOnlyLinear) and head.terms == 1 and head.bias is None
+    if usable and 0 < size < head.out_features:
+        special = {*getattr(lm.tokenizer, "added_tokens_decoder", {}), *lm.eos_ids}
+        keep = sorted(set(range(size)) | {i for i in special if i < head.out_features})
+        ids = torch.tensor(keep)
+        found = (head.rows(ids), ids)
+    lm._proposal_head = (size, found)
+    return found
+
+
+def next_token(lm: Any, x: torch.Tensor, cache: Any) -> int:
+    """The draft's greedy proposal after feeding `x` on `cache` (the cache keeps `x`)."""
+    found = proposal_head(lm)
+    if found is None:
+        out = lm.model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
+        return int(torch.nan_to_num(out.logits[0, -1].float(), nan=0.0).argmax())
+    head, ids = found
+    hidden = lm.model.get_decoder()(input_ids=x, cache=cache, use_cache=True).last_hidden_state
+    logits = head(hidden[:, -1])[0]
+    return int(ids[int(torch.nan_to_num(logits.float(), nan=0.0).argmax())])
