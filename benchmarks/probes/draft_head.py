@@ -15,7 +15,6 @@ from specguard_graph.bench.data import gsm8k_100
 from specguard_graph.bench.methods import verified_sd
 from specguard_graph.machine import describe
 from specguard_graph.models.loading import load_lm
-from specguard_graph.models.local.draft_head import PROPOSAL_VOCAB
 
 
 def main() -> None:
@@ -23,7 +22,7 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--vocab", type=int, nargs="+", default=[0, PROPOSAL_VOCAB])
+    ap.add_argument("--vocab", type=int, nargs="+", default=[0, 32768])
     args = ap.parse_args()
     draft, target = load_lm("draft"), load_lm("target")
     print(describe(), flush=True)

@@ -12,7 +12,13 @@ The kept rows are the full head's int8 rows as they are, so each kept logit is t
 
 Where the draft's full distribution is read, the full head stays: SpecGuard's draft sampling
 (`LocalCausalLM.sample`: the min-log-prob signal and the vote need every token's probability)
-and scoring. `lm.proposal_vocab = 0` turns the subset off for a model.
+and scoring.
+
+Off by default (`PROPOSAL_VOCAB = 0`): on the embedded pair it measured 0.99x the full head's
+time per token in `sd-verify` (3 problems, interleaved, a loaded machine), because the draft
+then missed 5-7 % more of the target's tokens (`benchmarks/results/draft-head.txt`). Set
+`lm.proposal_vocab = 32768` on a draft to use it; FR-Spec's gain needs a head that is a larger
+share of the draft's time than this pair's.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import torch
 
 from .numerics import Int8WeightOnlyLinear
 
-PROPOSAL_VOCAB = 32768
+PROPOSAL_VOCAB = 0  # off: see the module doc; 32768 is FR-Spec's size
 
 
 def proposal_head(lm: Any) -> tuple[Int8WeightOnlyLinear, torch.Tensor] | None:
