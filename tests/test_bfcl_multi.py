@@ -153,3 +153,14 @@ def test_the_multi_turn_report_compares_methods_on_the_same_tasks(tmp_path):
                                       "empty": {"fired": 1, "target_differed": 1}}  # fmt: skip
     assert rows["target"]["fed"] == {"prefill": 30, "decode": 6}
     assert "| `lossless` | 2 | 50.0 % " in multi_report.markdown(list(rows.values()))
+
+
+def test_the_bench_refuses_a_method_an_agent_cannot_run_before_loading_models(tmp_path):
+    from typer.testing import CliRunner
+
+    from specguard_graph.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "--dataset", "bfcl-multi", "--methods",
+                                   "target,sd-verify", "--out", str(tmp_path / "o")])  # fmt: skip
+    assert res.exit_code != 0 and "not sd-verify" in res.output
+    assert not (tmp_path / "o").exists()

@@ -107,6 +107,10 @@ def bench(
 
     try:
         names = _methods(methods, taus)
+        if dataset in ("bfcl-multi", "bfcl-multi-dev"):
+            from ..bench.bfcl.multi_turn import check_names
+
+            check_names(names)
         _check_outputs(out, names, html_dir)
         if not report_only:
             models = {"paths": (draft, target, embedder), "names": (draft_model, target_model),

@@ -172,23 +172,31 @@ def grade(gold: str, task_id: str, result: dict[str, Any]) -> dict[str, Any]:
             "turns_ok": turns_ok, "turns": len(truth)}  # fmt: skip
 
 
+def check_names(names: list[str]) -> None:
+    """Every method is one an agent can run as its model (before any model loads)."""
+    from ...errors import ConfigError
+
+    bad = [n for n in names if n not in ("target", "draft", "specguard-lossless")
+           and n.partition("@")[0] != "specguard"]  # fmt: skip
+    if bad:
+        raise ConfigError(f"BFCL multi-turn runs {', '.join(MODEL_METHODS)} (with @overrides); "
+                          f"not {', '.join(bad)}")  # fmt: skip
+
+
 def agent_model(name: str, draft: Any, target: Any) -> Any:
     """The agent's model for a method name: `target`, `draft`, `specguard-lossless`, or
     `specguard[@tau=..+...]` (chat_config's fields). No system prompt of ours: BFCL's."""
     from ...agents.chat_model import SpecGuardChatModel, chat_config
     from ...agents.plain import PlainChatModel
-    from ...errors import ConfigError
     from ..methods import parse
 
     if name in ("target", "draft"):
         return PlainChatModel(lm=target if name == "target" else draft, system_prompt=None)
+    check_names([name])
     if name == "specguard-lossless":
         config = chat_config(lossless=True)
     else:
-        base, overrides = parse(name)
-        if base != "specguard":
-            raise ConfigError(f"BFCL multi-turn runs {', '.join(MODEL_METHODS)}; got {name!r}")
-        config = chat_config(**overrides)
+        config = chat_config(**parse(name)[1])
     return SpecGuardChatModel(draft=draft, target=target, config=config, system_prompt=None)
 
 
