@@ -102,7 +102,7 @@ def ablation(draft, target) -> None:  # type: ignore[no-untyped-def]
                                               if change.get("template") else fixed[lm])  # fmt: skip
             checks = spec.conversation_check
             if change.get("checks") is False:
-                spec.conversation_check = lambda messages, parsed: None
+                spec.conversation_check = lambda *args: None
             try:
                 out = quickstart(model)
             finally:
