@@ -2,7 +2,9 @@
 tokens, and computes the same bits as a cold prefill (on the row-invariant int8 formats)."""
 
 import copy
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,3 +117,29 @@ def test_concurrent_calls_each_get_the_cold_bits(int8):
     for t in threads:
         t.join()
     assert all(torch.equal(got[i], expected[i]) for i in range(3))
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_bench_starts_each_problem_cold_or_keeps_each_methods_prompts_apart(int8, keep):
+    from specguard_graph.bench.run import prompt_stores, run
+
+    lm = fresh(int8)
+    seen: list[tuple[str, int]] = []
+
+    def solver(name):
+        def solve(question):
+            pc = lm.new_prefix(SYSTEM + question)
+            lm.next_logits(pc)
+            seen.append((name, pc.reused_tokens))
+            return {"text": "", "answer": None, "latency_s": 0.0}
+
+        return solve
+
+    problems = [{"id": i, "question": f" Q{i}?", "answer": "0"} for i in range(2)]
+    run(problems, {"a": solver("a"), "b": solver("b")}, Path(tempfile.mkdtemp()),
+        before=prompt_stores(lm, keep=keep))  # fmt: skip
+    reused = dict.fromkeys(["a", "b"], 0)
+    for name, n in seen:
+        reused[name] = max(reused[name], n)
+    assert [n for _, n in seen[:2]] == [0, 0]  # neither method sees the other's prompt
+    assert (reused["a"] > 0 and reused["b"] > 0) if keep else reused == {"a": 0, "b": 0}

@@ -14,10 +14,27 @@ from .grade import grade_problem
 Report = Callable[[str, int, int], None]  # (method, done, total)
 
 
-def cold_start(*models: Any) -> Callable[[], None]:
-    """`run`'s `cold`: every local model forgets the prompts it kept across runs."""
-    stores = [m.prefix_store for m in models if getattr(m, "prefix_store", None) is not None]
-    return lambda: [store.clear() for store in stores] and None
+def prompt_stores(*models: Any, keep: bool = False) -> Callable[[str], None]:
+    """`run`'s `before(method)`. By default every local model forgets the prompts it kept, so
+    each problem starts cold and no method is timed on another's prefill. `keep=True`: each
+    method gets prefix stores of its own, kept from problem to problem, as a deployed agent
+    keeps its system prompt and tools cached across conversations."""
+    from ..models.local.prefix_store import PrefixStore
+
+    local = [m for m in models if getattr(m, "prefix_store", None) is not None]
+    own: dict[str, list[Any]] = {}
+
+    def before(method: str) -> None:
+        if not keep:
+            for m in local:
+                m.prefix_store.clear()
+            return
+        stores = own.setdefault(method, [PrefixStore(m.model.config, m.prefix_store.max_bytes)
+                                         for m in local])  # fmt: skip
+        for m, store in zip(local, stores, strict=True):
+            m.prefix_store = store
+
+    return before
 
 
 def check_out(out_dir: Path, methods: list[str]) -> None:
@@ -31,14 +48,13 @@ def run(
     solvers: dict[str, Callable[[str], dict[str, Any]]],
     out_dir: Path,
     progress: Report = lambda m, d, t: None,
-    cold: Callable[[], None] = lambda: None,
+    before: Callable[[str], None] = lambda method: None,
 ) -> None:
     """Solve every problem with every method; finished ones are skipped on a rerun.
 
     Problems are the outer loop, so a run stopped early still compares all methods on the
-    same problems (the report uses only problems every method has finished). `cold` runs
-    before each problem and method: the models forget the prompts they kept, so no method is
-    timed on a prefill another one paid for."""
+    same problems (the report uses only problems every method has finished). `before(method)`
+    runs before each problem and method (`prompt_stores`: which prompts the models keep)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cpu = cpu_capability()  # resumed runs may span machines: each record names its kernels
     logs = {m: ResultLog(out_dir / f"{m}.jsonl", key="id") for m in solvers}
@@ -49,7 +65,7 @@ def run(
         for method, solve in solvers.items():
             if p["id"] in done[method]:
                 continue
-            cold()
+            before(method)
             result = solve(p["question"])
             result.update(id=p["id"], question=p["question"], gold=p["answer"],
                           correct=grade_problem(p, result), cpu=cpu)  # fmt: skip

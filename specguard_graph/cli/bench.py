@@ -51,6 +51,13 @@ SdTarget = Annotated[
 ReportOnly = Annotated[
     bool, typer.Option("--report-only", help="summarise what --out holds, run nothing")
 ]
+KeepPrompts = Annotated[
+    bool,
+    typer.Option(
+        help="each method keeps its models' prompts from problem to problem (a deployed "
+        "agent's cached system prompt and tools); default: every problem starts cold"
+    ),
+]
 HtmlDir = Annotated[
     Path | None,
     typer.Option(help="also write a run page per problem and method, and an index.html"),
@@ -101,6 +108,7 @@ def bench(
     quantize: QuantizeOpt = Quantize.auto,
     report_only: ReportOnly = False,
     html_dir: HtmlDir = None,
+    keep_prompts: KeepPrompts = False,
 ) -> None:
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
     from ..bench.report import write_summary
@@ -114,7 +122,8 @@ def bench(
         _check_outputs(out, names, html_dir)
         if not report_only:
             models = {"paths": (draft, target, embedder), "names": (draft_model, target_model),
-                      "sd_target": sd_target, "quantize": quantize}  # fmt: skip
+                      "sd_target": sd_target, "quantize": quantize,
+                      "keep_prompts": keep_prompts}  # fmt: skip
             _run(names, dataset, data, limit, offset, seed, config, max_tokens, out, models)
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
         base_tau = load_config(config, {}).tau
@@ -156,7 +165,7 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
     """Load the models once and run every method on every problem (resumable)."""
     from ..bench import data as bench_data
     from ..bench import methods as bench_methods
-    from ..bench.run import cold_start, run
+    from ..bench.run import prompt_stores, run
 
     problems = bench_data.load(dataset, data=data, limit=limit, offset=offset, seed=seed)
     base = load_config(config, {})
@@ -191,7 +200,8 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
         TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), TimeRemainingColumn(), console=err,
     ) as progress:  # fmt: skip
-        run(problems, solvers, out, _reporter(progress, len(names)), cold=cold_start(d, t))
+        before = prompt_stores(d, t, keep=models["keep_prompts"])
+        run(problems, solvers, out, _reporter(progress, len(names)), before=before)
 
 
 def _reporter(progress: Progress, n_methods: int):  # type: ignore[no-untyped-def]
