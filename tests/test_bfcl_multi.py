@@ -164,3 +164,19 @@ def test_the_bench_refuses_a_method_an_agent_cannot_run_before_loading_models(tm
                                    "target,sd-verify", "--out", str(tmp_path / "o")])  # fmt: skip
     assert res.exit_code != 0 and "not sd-verify" in res.output
     assert not (tmp_path / "o").exists()
+
+
+def test_report_only_writes_the_multi_turn_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from specguard_graph.cli import app
+
+    row = _record(TASK, False, 3.0, [_msg("a", "plain", 3.0)], 0)
+    for name in ("target", "draft"):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
+    args = ["bench", "--dataset", "bfcl-multi", "--methods", "target,draft", "--out",
+            str(tmp_path), "--report-only"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "| `draft` | 1 | 0.0 % (0–79) |" in (tmp_path / "multi-turn.md").read_text()
+    assert "trajectory = target's" in res.output

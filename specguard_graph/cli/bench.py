@@ -128,7 +128,12 @@ def bench(
         command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
         base_tau = load_config(config, {}).tau
         summary = write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau)
-        Console().print(summary, markup=False, highlight=False)
+        if dataset in ("bfcl-multi", "bfcl-multi-dev"):  # the agent's own report
+            from ..bench.bfcl import multi_report
+
+            summary = multi_report.markdown(multi_report.summary(multi_report.load(out, names)))
+            (out / "multi-turn.md").write_text(summary)
+        Console().print(summary, markup=False, highlight=False, soft_wrap=True)
         if html_dir is not None:
             from ..bench.pages import write_pages
 
