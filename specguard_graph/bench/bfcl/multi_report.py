@@ -38,7 +38,7 @@ def assistant_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def checks(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
     """For each reason a drafted message went to the target: how often, and how often the
-    target then wrote something other than the draft."""
+    target then wrote something else (other calls, or other text)."""
     fired: Counter[str] = Counter()
     changed: Counter[str] = Counter()
     for r in records.values():
@@ -46,15 +46,19 @@ def checks(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
             reason = m.get("checked")
             if reason and reason != "ok":
                 fired[reason] += 1
-                changed[reason] += m.get("draft_text") is not None and m["source"] == "target" \
-                    and (m.get("draft_text") or "").strip() != _written(m)  # fmt: skip
+                changed[reason] += m.get("source") == "target" and _differs(m)
     return {k: {"fired": v, "target_differed": changed[k]} for k, v in fired.most_common()}
 
 
-def _written(m: dict[str, Any]) -> str:
-    blocks = ["<tool_call>\n" + json.dumps({"name": c["name"], "arguments": c["args"]},
-              ensure_ascii=False) + "\n</tool_call>" for c in m["calls"]]  # fmt: skip
-    return "\n".join([t for t in [m["text"].strip(), *blocks] if t]).strip()
+def _differs(m: dict[str, Any]) -> bool:
+    """Did the target's message make other calls or say other text than the draft's?"""
+    from ...agents.calls import parse_calls
+
+    draft = parse_calls(m.get("draft_text") or "", "json")
+    mine = sorted(json.dumps({"name": c["name"], "arguments": c["args"]}, sort_keys=True)
+                  for c in m["calls"])  # fmt: skip
+    theirs = sorted(json.dumps(c, sort_keys=True) for c in draft.calls)
+    return mine != theirs or " ".join(m["text"].split()) != " ".join(draft.content.split())
 
 
 def fed(records: dict[str, dict[str, Any]]) -> dict[str, int]:
