@@ -80,7 +80,8 @@ def bench(
         str,
         typer.Option(
             help="gsm8k (the 100 original test problems) | gsm-symbolic | champ | "
-            "bfcl[-fc][-dev]:CATEGORY[,...] (function calls, graded by BFCL)"
+            "bfcl[-fc][-dev]:CATEGORY[,...] (function calls, graded by BFCL) | "
+            "bfcl-multi[-dev] (an agent over BFCL's multi-turn tasks)"
         ),
     ] = "gsm8k",
     data: Annotated[Path | None, typer.Option(help="JSONL of {question, answer} instead")] = None,
