@@ -48,10 +48,7 @@ def lookup_population(city: str) -> int:
 
 
 TOOLS = [add, multiply, convert_units, lookup_population]
-SYSTEM = (
-    "Use the tools for every computation, one call at a time. Once the tool results answer the "
-    "question, answer in one sentence without calling a tool again."
-)
+SYSTEM = "Use the tools for every computation, one call at a time. Answer in one sentence."
 RECURSION_LIMIT = 16  # a model that keeps calling stops here (seven calls), not hours later
 
 

@@ -28,9 +28,9 @@ def test_a_drafted_call_is_schema_checked_and_runs(real_pair):
 
 
 def test_the_tool_agent_computes_a_multi_step_task_on_the_embedded_pair(real_pair):
-    """What the pair does today: it looks both cities up and the add tool computes their sum,
-    each message decided by SpecGuard. It does not stop there (it keeps calling tools rather
-    than answer), so the run is bounded and ends in a GraphRecursionError: a known gap."""
+    """What the pair does: it looks both cities up and the add tool computes their sum, each
+    message decided by SpecGuard. The run is bounded: a model that keeps calling ends in a
+    GraphRecursionError (a repeated call now goes to the target, which may answer instead)."""
     from langgraph.errors import GraphRecursionError
 
     draft, target, _ = real_pair

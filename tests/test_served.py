@@ -305,11 +305,11 @@ def test_llama_cpp_s_plain_model_is_a_bench_method_on_the_same_gguf():
     """`llamacpp-target` starts llama.cpp on the embedded GGUF once per process and answers
     like `target` does: greedy text, its token count and latency (here the draft's GGUF)."""
     from specguard_graph.bench import llamacpp_target
-    from specguard_graph.bench.methods import SPEC, parse
+    from specguard_graph.bench.methods import SPEC, parse, plain
 
     _gguf()
     assert parse("llamacpp-target") == ("llamacpp-target", {})
-    solve = llamacpp_target.solver(24, SPEC, role="draft")
+    solve = plain(llamacpp_target.served("draft"), 24, SPEC)  # as make() does with the target
     first, again = solve(Q["question"]), solve(Q["question"])
     assert first["text"] and 0 < first["tokens"] <= 24 and first["latency_s"] > 0
     assert again["text"] == first["text"]  # greedy, the prompt computed afresh each time

@@ -15,8 +15,6 @@ from typing import Any
 
 import torch
 
-from ..steps import StepSpec
-
 _SERVERS: dict[str, Any] = {}
 
 
@@ -34,9 +32,3 @@ def served(role: str = "target") -> Any:
         atexit.register(server.__exit__, None, None, None)
         _SERVERS[role] = repeatable(ServedStepModel(url))
     return _SERVERS[role]
-
-
-def solver(max_tokens: int, spec: StepSpec, role: str = "target") -> Any:
-    from .methods import plain
-
-    return plain(served(role), max_tokens, spec)

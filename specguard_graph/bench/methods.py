@@ -202,9 +202,9 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
     if name == "draft":
         return plain(draft, max_tokens, spec)
     if name == "llamacpp-target":  # llama.cpp's plain target on the same GGUF
-        from .llamacpp_target import solver
+        from .llamacpp_target import served
 
-        return solver(max_tokens, spec)
+        return plain(served("target"), max_tokens, spec)
     if name == "sd":
         if sd_target is not None:
             return plain(sd_target, max_tokens, spec)

@@ -112,28 +112,15 @@ def bench(
     keep_prompts: KeepPrompts = False,
 ) -> None:
     """Run methods side by side on the same problems; write JSONL, summary.md and a plot."""
-    from ..bench.report import write_summary
-
     try:
-        names = _methods(methods, taus)
-        if dataset in ("bfcl-multi", "bfcl-multi-dev"):
-            from ..bench.bfcl.multi_turn import check_names
-
-            check_names(names)
+        names = _methods(methods, taus, dataset)
         _check_outputs(out, names, html_dir)
         if not report_only:
             models = {"paths": (draft, target, embedder), "names": (draft_model, target_model),
                       "sd_target": sd_target, "quantize": quantize,
                       "keep_prompts": keep_prompts}  # fmt: skip
             _run(names, dataset, data, limit, offset, seed, config, max_tokens, out, models)
-        command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
-        base_tau = load_config(config, {}).tau
-        summary = write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau)
-        if dataset in ("bfcl-multi", "bfcl-multi-dev"):  # the agent's own report
-            from ..bench.bfcl import multi_report
-
-            summary = multi_report.markdown(multi_report.summary(multi_report.load(out, names)))
-            (out / "multi-turn.md").write_text(summary)
+        summary = _summary(out, names, taus, config, dataset)
         Console().print(summary, markup=False, highlight=False, soft_wrap=True)
         if html_dir is not None:
             from ..bench.pages import write_pages
@@ -145,9 +132,34 @@ def bench(
         raise fail(f"interrupted: finished results are kept in {out}", 130) from None
 
 
-def _methods(methods: str, taus: str | None) -> list[str]:
-    """The method list, each SpecGuard method expanded to one point per τ of a sweep."""
+MULTI_TURN = ("bfcl-multi", "bfcl-multi-dev")
+
+
+def _summary(out: Path, names: list[str], taus: str | None, config: Path | None,
+             dataset: str | None) -> str:  # fmt: skip
+    """summary.md (and a multi-turn run's own report, multi-turn.md): the text to print."""
+    from ..bench.report import write_summary
+
+    command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
+    base_tau = load_config(config, {}).tau
+    text = write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau)
+    if dataset in MULTI_TURN:
+        from ..bench.bfcl import multi_report
+
+        text = multi_report.markdown(multi_report.summary(multi_report.load(out, names)))
+        (out / "multi-turn.md").write_text(text)
+    return text
+
+
+def _methods(methods: str, taus: str | None, dataset: str | None = None) -> list[str]:
+    """The method list, each SpecGuard method expanded to one point per τ of a sweep; for a
+    multi-turn dataset, only methods an agent can run as its model."""
     from ..bench import methods as bench_methods
+
+    if dataset in MULTI_TURN:
+        from ..bench.bfcl.multi_turn import check_names
+
+        check_names([m.strip() for m in methods.split(",") if m.strip()])
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
     unknown = [m for m in names if m.partition("@")[0] not in bench_methods.METHODS]

@@ -153,6 +153,15 @@ class Stretch:
         return self.index.propose([*self.seq[-LOOKUP_N:], *prop], min(self.most, room))
 
 
+def _prefilled(target: LocalCausalLM, pc: PrefixCache, pending: list[int]) -> list[int]:
+    """After a checking forward that prefilled `pending`: count it, and keep the prompt for
+    later runs as `catch_up` does. Nothing is pending after it."""
+    if pending or not pc.remembered:
+        pc.prefill_tokens += len(pending)
+        pc.remembered = target.prefix_store.remember(pc.ids[:-1], pc.cache)
+    return []
+
+
 @torch.inference_mode()
 def verify_greedy(
     target: LocalCausalLM,
@@ -166,18 +175,16 @@ def verify_greedy(
     k: int | None = None,
     lookup: int | None = None,
 ) -> tuple[Sample, Verification]:
-    """The target's greedy step after `pc.ids`, checked against `candidate` (target token ids),
-    then against `draft`'s proposals stretched by up to `lookup` looked-up tokens (None: the
-    engine's choice); as the one-row `Sample` that `target.sample(pc, n=1, temperature=0.0,
-    fork=False)` returns, for `target.adopt`, bit for bit, and what verifying it cost."""
+    """The target's greedy step after `pc.ids`, checked against `candidate` (target ids), then
+    `draft`'s proposals stretched by up to `lookup` looked-up tokens (None: the engine's choice);
+    as `target.sample(pc, n=1, temperature=0.0, fork=False)`'s Sample, bit for bit, and its cost."""
     k, lookup = _checked(target, pc, max_new_tokens, k, lookup, draft, draft_pc)
     eos, watch = set(target.eos_ids), DelimiterWatch(target.piece, delimiter, 1)
     gen: list[int] = []
     lps: list[torch.Tensor] = []
     stats = Verification(0, len(candidate), 0, 0, 0)
     on_candidate, done, chunk = True, False, k
-    with target.lock:
-        # the context the cache lacks rides in the first checking forward: one forward fewer
+    with target.lock:  # the context the cache lacks rides in the first checking forward
         pending = target.reuse(pc, pc.ids[:-1])
         stretch = Stretch(list(pc.ids), lookup if draft else 0)
         while not done:
@@ -194,10 +201,7 @@ def verify_greedy(
             last = gen[-1] if gen else pc.ids[-1]
             logits, new = check_proposals(target, pc, last, prop, eos, before=pending)
             stats.forwards += 1
-            if pending or not pc.remembered:  # the prompt, for later runs (as `catch_up`)
-                pc.prefill_tokens += len(pending)
-                pc.remembered = target.prefix_store.remember(pc.ids[:-1], pc.cache)
-                pending = []
+            pending = _prefilled(target, pc, pending)
             for i, tok in enumerate(new):  # the stops `decode` applies, token by token
                 gen.append(tok)
                 if tok in eos or watch.seen(0, tok) or len(gen) >= max_new_tokens:
