@@ -67,9 +67,15 @@ class Int8WeightOnlyLinear(nn.Module):
             qs.append(q)
             scales.append(scale)
             w = w - q.to(torch.float32) * scale.to(torch.float32)[:, None]
-        q, scale = torch.cat(qs).contiguous(), torch.cat(scales)
-        self.register_buffer("scale", scale)  # bfloat16: exact in both kernels
         self._kernel = int8_kernel.current()
+        self._store(torch.cat(qs).contiguous(), torch.cat(scales))
+        bias = linear.bias
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
+
+    def _store(self, q: torch.Tensor, scale: torch.Tensor) -> None:
+        """The int8 rows and their bfloat16 scales (exact in both kernels), laid out for the
+        layer's kernel."""
+        self.register_buffer("scale", scale)
         pad = 0
         if self._kernel is None:  # torch's kernel: [rows, in] int8, bfloat16 activations
             self.register_buffer("weight_int8", q)
@@ -79,10 +85,8 @@ class Int8WeightOnlyLinear(nn.Module):
             self.register_buffer("weight_blocks", self._kernel.pack(q))
             scale32 = torch.cat([scale.to(torch.float32), scale.new_zeros(pad).float()])
             self.register_buffer("scale32", scale32, persistent=False)
-        bias = linear.bias
-        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
         # our kernel's output is the layer's whole output: no padding to cut, no terms to add
-        self._direct = self._kernel is not None and terms == 1 and not pad
+        self._direct = self._kernel is not None and self.terms == 1 and not pad
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._direct and x.dtype == torch.float32 and not ROUND_ACTIVATIONS:  # a decode's path
@@ -109,25 +113,11 @@ class Int8WeightOnlyLinear(nn.Module):
         so each kept output is the same bits as in the whole layer (its own fixed sum)."""
         if self.terms != 1 or self.bias is not None:
             raise ValueError("rows() takes a one-term layer without bias")
-        q, scale = self.int8_weight()[ids].contiguous(), self.scale[ids].clone()
         out = Int8WeightOnlyLinear.__new__(Int8WeightOnlyLinear)
         nn.Module.__init__(out)
         out.in_features, out.out_features, out.terms = self.in_features, len(ids), 1
-        out.register_buffer("scale", scale)
-        out._kernel, out.bias, out._direct = self._kernel, None, False
-        if out._kernel is None:
-            out.register_buffer("weight_int8", q)
-        else:
-            pad = -q.shape[0] % int8_kernel.BLOCK
-            out.register_buffer(
-                "weight_blocks", out._kernel.pack(torch.cat([q, q.new_zeros(pad, q.shape[1])]))
-            )
-            out.register_buffer(
-                "scale32",
-                torch.cat([scale.float(), scale.new_zeros(pad).float()]),
-                persistent=False,
-            )
-            out._direct = not pad
+        out._kernel, out.bias = self._kernel, None
+        out._store(self.int8_weight()[ids].contiguous(), self.scale[ids].clone())
         return out
 
     def int8_weight(self) -> torch.Tensor:
