@@ -36,8 +36,13 @@ class ParsedMessage:
         """The calls, order-free, in one string (None: the message makes no valid call)."""
         if not self.calls or self.invalid:
             return None
-        keys = sorted(json.dumps(c, sort_keys=True, ensure_ascii=False) for c in self.calls)
+        keys = sorted(call_key(c["name"], c["arguments"]) for c in self.calls)
         return "[" + ",".join(keys) + "]"
+
+
+def call_key(name: str, arguments: Any) -> str:
+    """One call in canonical form: equal for the same name and arguments in any key order."""
+    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
 
 
 def _loads(raw: str) -> Any:

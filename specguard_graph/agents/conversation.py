@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .calls import ParsedMessage
+from .calls import ParsedMessage, call_key
 
 REPEAT = "repeats a call already made and answered"
 EMPTY = "the message is empty"
@@ -31,10 +31,6 @@ UNREAD_CALL = "the message writes a call in its text that does not parse as one"
 REASONS = (REPEAT, EMPTY, IMPERSONATION, UNREAD_CALL)
 _CALL_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _ROLE_PLAY = re.compile(r"<tool_response>|</tool_response>|^\s*(Human|User|Tool)\s*:", re.M)
-
-
-def call_key(name: str, arguments: Any) -> str:
-    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
 
 
 def answered_calls(messages: Sequence[Mapping[str, Any]]) -> set[str]:

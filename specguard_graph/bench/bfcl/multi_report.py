@@ -52,12 +52,11 @@ def checks(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 def _differs(m: dict[str, Any]) -> bool:
     """Did the target's message make other calls or say other text than the draft's?"""
-    from ...agents.calls import parse_calls
+    from ...agents.calls import call_key, parse_calls
 
     draft = parse_calls(m.get("draft_text") or "", "json")
-    mine = sorted(json.dumps({"name": c["name"], "arguments": c["args"]}, sort_keys=True)
-                  for c in m["calls"])  # fmt: skip
-    theirs = sorted(json.dumps(c, sort_keys=True) for c in draft.calls)
+    mine = sorted(call_key(c["name"], c["args"]) for c in m["calls"])
+    theirs = sorted(call_key(c["name"], c["arguments"]) for c in draft.calls)
     return mine != theirs or " ".join(m["text"].split()) != " ".join(draft.content.split())
 
 
