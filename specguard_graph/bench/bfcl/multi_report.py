@@ -13,15 +13,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..report import wilson
+from ..report import _paired_ratio, load_results, wilson
 
 
 def load(out_dir: Path, methods: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    runs = {}
-    for m in methods:
-        path = out_dir / f"{m}.jsonl"
-        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-        runs[m] = {r["id"]: r for r in rows}
+    """Each method's finished tasks by id, on the tasks every method has finished."""
+    runs = load_results(out_dir, methods)
     shared = set.intersection(*(set(r) for r in runs.values())) if runs else set()
     return {m: {i: r for i, r in rs.items() if i in shared} for m, rs in runs.items()}
 
@@ -90,14 +87,13 @@ def summary(runs: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         ok = sum(bool(r["correct"]) for r in rs.values())
         turns = sum(r["bfcl"]["turns"] for r in rs.values())
         turns_ok = sum(r["bfcl"]["turns_ok"] for r in rs.values())
-        ratios = [r["latency_s"] / target[i]["latency_s"] for i, r in rs.items() if i in target]
         same = sum(trajectory(r) == trajectory(target[i]) for i, r in rs.items() if i in target)
         calls = sum(len(assistant_messages(r)) for r in rs.values())
         later = [x for i, r in rs.items() if i in target for x in later_calls_ratio(r, target[i])]
         lo, hi = wilson(ok, n) if n else (0.0, 0.0)
         rows.append({"method": m, "tasks": n, "accuracy": ok / n if n else 0.0, "ci": (lo, hi),
                      "turn_success": turns_ok / turns if turns else 0.0,
-                     "latency_ratio": statistics.median(ratios) if ratios else None,
+                     "latency_ratio": _paired_ratio(runs, m, sorted(rs)),
                      "median_latency_s": statistics.median(r["latency_s"] for r in rs.values())
                      if rs else None, "same_trajectory": same, "model_calls": calls,
                      "later_calls": statistics.median(later) if later else None,
