@@ -75,24 +75,46 @@ def _names(tools: Sequence[dict[str, Any]]) -> list[str]:
     return [t["function"]["name"] for t in tools]
 
 
-class SpecGuardChatModel(BaseChatModel):
+class ToolChatModel(BaseChatModel):
+    """What SpecGuard's chat model and the one-model baseline (`plain.py`) share: tools bound
+    as OpenAI dicts, how calls are written, the default system prompt, and the graph's question
+    for a turn built from them.
+
+    `calls`: how models write calls, "json" (native tool template) or "python" (BFCL prompting).
+    `system_prompt`: put first when a conversation with tools has no system message of its own
+    (`AGENT_SYSTEM`; None leaves the model's template default)."""
+
+    calls: CallFormat = "json"
+    system_prompt: str | None = AGENT_SYSTEM
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, BaseMessage]:  # fmt: skip
+        """Tools as LangChain accepts them: `@tool`s, functions, pydantic classes, OpenAI dicts."""
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        choice = tool_choice_name(tool_choice, formatted)
+        return super().bind(tools=formatted, tool_choice=choice, **kwargs)
+
+    def question(self, messages: list[BaseMessage], tools: Sequence[dict[str, Any]],
+                 tool_choice: str | None) -> str:  # fmt: skip
+        """The turn as `ChatSteps` reads it (`chat_question`)."""
+        template = with_system(to_template(messages), self.system_prompt, tools)
+        return chat_question(template, tools, tool_choice, self.calls)
+
+
+class SpecGuardChatModel(ToolChatModel):
     """A chat model whose messages the draft writes and the target checks (see module doc).
 
     `draft` / `target`: step models (`load_lm(...)`, a served URL's model, `CallableStepModel`)
     or any LangChain chat model (a draft one needs token log-probs, e.g. `logprobs=True`).
     `config`: the graph's settings (`chat_config(tau=..., k=4, temperature=0.7)`).
-    `calls`: how models write calls, "json" (native tool template) or "python" (BFCL prompting).
-    `system_prompt`: put first when a conversation with tools has no system message of its own
-    (`AGENT_SYSTEM`; None leaves the model's template default).
+    `calls`, `system_prompt`: `ToolChatModel`'s.
     """
 
     draft: Any
     target: Any
     embedder: Any = None
     config: SpecGuardConfig = Field(default_factory=chat_config)
-    calls: CallFormat = "json"
-    system_prompt: str | None = AGENT_SYSTEM
-    model_config = ConfigDict(arbitrary_types_allowed=True)
     _graph: Any = PrivateAttr(default=None)
 
     @property
@@ -117,13 +139,6 @@ class SpecGuardChatModel(BaseChatModel):
                                       steps=SPEC, config=self.config).compile()  # fmt: skip
         return self._graph
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None,
-                   **kwargs: Any) -> Runnable[LanguageModelInput, BaseMessage]:  # fmt: skip
-        """Tools as LangChain accepts them: `@tool`s, functions, pydantic classes, OpenAI dicts."""
-        formatted = [convert_to_openai_tool(t) for t in tools]
-        choice = tool_choice_name(tool_choice, formatted)
-        return super().bind(tools=formatted, tool_choice=choice, **kwargs)
-
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -140,8 +155,7 @@ class SpecGuardChatModel(BaseChatModel):
                               "at the model's end of turn")  # fmt: skip
         if kwargs:
             raise ConfigError(f"unknown argument(s) for SpecGuardChatModel: {', '.join(kwargs)}")
-        question = chat_question(with_system(to_template(messages), self.system_prompt, tools),
-                                 tools, tool_choice, self.calls)  # fmt: skip
+        question = self.question(messages, tools, tool_choice)
         out = self.graph().invoke({"question": question}, context=check_context(context))
         step = out["steps"][-1]
         parsed = SPEC.parse(question, step["text"])

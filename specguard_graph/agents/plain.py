@@ -13,40 +13,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict
 
 from ..errors import ConfigError
 from ..steps import NEVER
-from .calls import CallFormat
-from .chat_model import AGENT_SYSTEM, SPEC, tool_choice_name, with_system
-from .messages import finish_reason, to_ai_message, to_template
-from .spec import chat_question
+from .chat_model import SPEC, ToolChatModel
+from .messages import finish_reason, to_ai_message
 
 
-class PlainChatModel(BaseChatModel):
+class PlainChatModel(ToolChatModel):
     """`lm` (a `LocalCausalLM`) writes every message itself, greedily; `response_metadata`
     says what it fed (`fed`) and how long the prefill and the decode took."""
 
     lm: Any
-    calls: CallFormat = "json"
-    system_prompt: str | None = AGENT_SYSTEM
     max_tokens: int = 256
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     @property
     def _llm_type(self) -> str:
         return "specguard-plain"
-
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None,
-                   **kwargs: Any) -> Runnable[LanguageModelInput, BaseMessage]:  # fmt: skip
-        formatted = [convert_to_openai_tool(t) for t in tools]
-        choice = tool_choice_name(tool_choice, formatted)
-        return super().bind(tools=formatted, tool_choice=choice, **kwargs)
 
     def _generate(
         self,
@@ -60,8 +45,7 @@ class PlainChatModel(BaseChatModel):
     ) -> ChatResult:
         if stop or kwargs:
             raise ConfigError(f"PlainChatModel takes no stop sequences or {', '.join(kwargs)}")
-        question = chat_question(with_system(to_template(messages), self.system_prompt, tools),
-                                 tools, tool_choice, self.calls)  # fmt: skip
+        question = self.question(messages, tools, tool_choice)
         t0 = time.perf_counter()
         pc = self.lm.new_prefix(SPEC.render_prompt(question, self.lm.tokenizer))
         with self.lm.lock:  # the prefill on its own clock (`sample` then feeds nothing more)
