@@ -132,20 +132,17 @@ def bench(
         raise fail(f"interrupted: finished results are kept in {out}", 130) from None
 
 
-MULTI_TURN = ("bfcl-multi", "bfcl-multi-dev")
-
-
 def _summary(out: Path, names: list[str], taus: str | None, config: Path | None,
              dataset: str | None) -> str:  # fmt: skip
     """summary.md (and a multi-turn run's own report, multi-turn.md): the text to print."""
+    from ..bench.bfcl import multi_report
+    from ..bench.bfcl.multi_turn import is_multi_turn
     from ..bench.report import write_summary
 
     command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
     base_tau = load_config(config, {}).tau
     text = write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau)
-    if dataset in MULTI_TURN:
-        from ..bench.bfcl import multi_report
-
+    if is_multi_turn(dataset):
         text = multi_report.markdown(multi_report.summary(multi_report.load(out, names)))
         (out / "multi-turn.md").write_text(text)
     return text
@@ -155,13 +152,11 @@ def _methods(methods: str, taus: str | None, dataset: str | None = None) -> list
     """The method list, each SpecGuard method expanded to one point per τ of a sweep; for a
     multi-turn dataset, only methods an agent can run as its model."""
     from ..bench import methods as bench_methods
-
-    if dataset in MULTI_TURN:
-        from ..bench.bfcl.multi_turn import check_names
-
-        check_names([m.strip() for m in methods.split(",") if m.strip()])
+    from ..bench.bfcl.multi_turn import check_names, is_multi_turn
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
+    if is_multi_turn(dataset):
+        check_names(names)
     unknown = [m for m in names if m.partition("@")[0] not in bench_methods.METHODS]
     if unknown:
         raise ConfigError(

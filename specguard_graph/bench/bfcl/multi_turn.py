@@ -29,6 +29,9 @@ CATEGORY = "multi_turn_base"
 DEV = 10  # the first tasks are the dev split
 SPLITS = {"bfcl-multi": "test", "bfcl-multi-dev": "dev"}
 MODEL_METHODS = ("target", "draft", "specguard", "specguard-lossless")
+# what a task record keeps of each message's response_metadata
+KEPT = ("source", "reason", "checked", "score", "draft_text", "time_s", "fed", "timing",
+        "prefill_s", "decode_s")  # fmt: skip
 
 
 def is_multi_turn(dataset: str | None) -> bool:
@@ -41,7 +44,6 @@ def _checker() -> Any:
     from bfcl_eval.constants.default_prompts import MAXIMUM_STEP_LIMIT
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker, multi_turn_utils
 
-    multi_turn_checker.MAXIMUM_STEP_LIMIT = MAXIMUM_STEP_LIMIT
     return multi_turn_checker, multi_turn_utils, MAXIMUM_STEP_LIMIT
 
 
@@ -98,21 +100,9 @@ def _message(m: Any) -> dict[str, Any]:
 
     if isinstance(m, AIMessage):
         meta = m.response_metadata or {}
-        keep = (
-            "source",
-            "reason",
-            "checked",
-            "score",
-            "draft_text",
-            "time_s",
-            "fed",
-            "timing",
-            "prefill_s",
-            "decode_s",
-        )
         return {"role": "assistant", "text": m.text, "calls": [
             {"name": c["name"], "args": c["args"]} for c in m.tool_calls],
-            "invalid": len(m.invalid_tool_calls), **{k: meta.get(k) for k in keep}}  # fmt: skip
+            "invalid": len(m.invalid_tool_calls), **{k: meta.get(k) for k in KEPT}}  # fmt: skip
     role = "tool" if isinstance(m, ToolMessage) else m.type
     return {"role": role, "text": m.text if isinstance(m.text, str) else str(m.content)}
 
