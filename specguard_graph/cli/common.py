@@ -52,6 +52,8 @@ class Quantize(StrEnum):
     auto = "auto"
     int8 = "int8"
     int8x2 = "int8x2"
+    gguf = "gguf"
+    gguf_target = "gguf-target"
     none = "none"
     dynamic_int8 = "dynamic-int8"
 
@@ -77,7 +79,8 @@ QuantizeOpt = Annotated[
     typer.Option(
         "--quantize",
         help="CPU weight format: auto (= int8) | int8 (weight-only, per channel) | int8x2 "
-        "(int8 + int8 residual: ~bf16 precision, 2x the bytes) | none (float32) | "
+        "(int8 + int8 residual: ~bf16 precision, 2x the bytes) | gguf (the GGUF's own blocks) | "
+        "gguf-target (target on its blocks, draft int8) | none (float32) | "
         "dynamic-int8 (batch-dependent, unfaithful; opt-in only)",
     ),
 ]
@@ -110,8 +113,8 @@ def load_models(paths: tuple[str | None, str | None, str | None], *, quantize: Q
     _quiet_hf()
     draft, target, embedder = paths
     with err.status("loading models (once per process)…"):
-        q = quantize.value
-        d = load_lm("draft", draft, device=device, dtype=dtype, quantize=q, model=names[0])  # type: ignore[arg-type]
-        t = load_lm("target", target, device=device, dtype=dtype, quantize=q, model=names[1])  # type: ignore[arg-type]
+        qd, qt = ("int8", "gguf") if quantize is Quantize.gguf_target else (quantize.value,) * 2
+        d = load_lm("draft", draft, device=device, dtype=dtype, quantize=qd, model=names[0])  # type: ignore[arg-type]
+        t = load_lm("target", target, device=device, dtype=dtype, quantize=qt, model=names[1])  # type: ignore[arg-type]
         e = load_embedder(embedder) if need_embedder else None
     return d, t, e

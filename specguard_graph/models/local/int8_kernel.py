@@ -1,5 +1,6 @@
 """The project's CPU kernels, compiled once per machine: the row-invariant int8 matmul
-(`kernels/int8_gemm.cpp`) and fixed-order attention (`kernels/attention.cpp`).
+(`kernels/int8_gemm.cpp`), the row-invariant matmul over GGUF blocks (`kernels/block_gemm.cpp`,
+used by `blocks/`) and fixed-order attention (`kernels/attention.cpp`).
 
 Why a matmul of our own: torch's weight-only int8 kernel runs every row count through one small
 tile, so a 400-token prefill ran at about half of what two AVX2 cores do and a decode below the
@@ -34,8 +35,11 @@ from types import ModuleType
 
 import torch
 
-SOURCES = tuple(Path(__file__).with_name("kernels") / f for f in ("int8_gemm.cpp", "attention.cpp"))
-FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
+SOURCES = tuple(
+    Path(__file__).with_name("kernels") / f
+    for f in ("int8_gemm.cpp", "attention.cpp", "block_gemm.cpp")
+)
+FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple
 
 
@@ -50,10 +54,10 @@ def _cpu_flags() -> set[str]:
 
 
 def supported() -> bool:
-    """Can this process run the kernel: x86-64 Linux with AVX2 and FMA, not switched off?"""
+    """Can this process run the kernel: x86-64 Linux with AVX2, FMA and F16C, not switched off?"""
     if os.environ.get("SPECGUARD_INT8_KERNEL", "").lower() == "torch":
         return False
-    return platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma"} <= _cpu_flags()
+    return platform.machine() in ("x86_64", "AMD64") and {"avx2", "fma", "f16c"} <= _cpu_flags()
 
 
 def build_key() -> bytes:
@@ -80,7 +84,8 @@ def build_dir() -> Path:
 
 @functools.cache
 def load() -> ModuleType | None:
-    """The compiled kernel module (`pack`, `mm`), or None where it cannot run or build."""
+    """The compiled kernel module (`pack`, `mm`, `attention`, `block_mm`, `block_row_bytes`),
+    or None where it cannot run or build."""
     if not supported():
         return None
     from torch.utils.cpp_extension import load_inline
@@ -93,7 +98,7 @@ def load() -> ModuleType | None:
         return load_inline(
             "specguard_cpu_kernels",
             cpp_sources=[f.read_text() for f in SOURCES],
-            functions=["pack", "mm", "attention"],
+            functions=["pack", "mm", "attention", "block_mm", "block_row_bytes"],
             extra_cflags=FLAGS,
             extra_ldflags=["-fopenmp"],
             build_directory=str(where),

@@ -50,7 +50,22 @@ def read(
         raise ModelLoadError(f"cannot load model from {path}: {detail}") from None
     model.to(device)
     try:
-        model = numerics.apply(model, quantize, device)
+        if quantize == "gguf":
+            model = _blocks(model, path, device)
+        else:
+            model = numerics.apply(model, quantize, device)
     except ValueError as exc:
         raise ModelLoadError(str(exc)) from None
     return model, fix_tokenizer(tokenizer)
+
+
+def _blocks(model: Any, path: Path, device: str) -> Any:
+    from .blocks import gguf_source, quantize_gguf
+
+    if not device.startswith("cpu"):
+        raise ValueError(f"gguf is a CPU weight format (device is {device})")
+    source = gguf_source(path)
+    if source is None:
+        raise ValueError(f"quantize='gguf' needs a .gguf file or an installed default model; "
+                         f"{path} has no GGUF source")  # fmt: skip
+    return quantize_gguf(model, source)

@@ -25,8 +25,8 @@ from torch import nn
 
 from . import int8_kernel
 
-Quantize = Literal["auto", "none", "int8", "int8x2", "dynamic-int8"]
-QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "none", "int8", "int8x2", "dynamic-int8")
+Quantize = Literal["auto", "none", "int8", "int8x2", "gguf", "dynamic-int8"]
+QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "none", "int8", "int8x2", "gguf", "dynamic-int8")
 
 
 ROUND_ACTIVATIONS = False
@@ -54,6 +54,8 @@ class Int8WeightOnlyLinear(nn.Module):
     With `terms=2` the rounding error of the first int8 matrix is itself stored as a second one
     (its own scales), so the weight is kept to ~1e-4 of its row maximum, bfloat16's precision.
     Both live in one stacked matrix: one kernel call, whose two halves are added in float32."""
+
+    row_invariant = True
 
     def __init__(self, linear: nn.Linear, terms: int = 1):
         super().__init__()
@@ -181,7 +183,8 @@ class GatedMLP(nn.Module):
         )
 
 
-def _gated(sub: nn.Module) -> bool:
+def gated(sub: nn.Module) -> bool:
+    """Is `sub` an MLP `GatedMLP` can replace (a known class, three bias-free Linears)?"""
     parts = [getattr(sub, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
     return type(sub).__name__ in GATED_MLPS and all(
         type(p) is nn.Linear and p.bias is None for p in parts
@@ -194,7 +197,7 @@ def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -
         model.config.tie_word_embeddings = False
     for parent in list(model.modules()):
         for attr, sub in list(parent.named_children()):
-            if _gated(sub):
+            if gated(sub):
                 setattr(parent, attr, GatedMLP(sub, make))
             elif type(sub) is nn.Linear:
                 setattr(parent, attr, make(sub))
@@ -215,6 +218,8 @@ def apply(model: nn.Module, quantize: str, device: str) -> nn.Module:
         "int8x2": quantize_int8x2,
         "dynamic-int8": quantize_dynamic_int8,
     }
+    if quantize == "gguf":
+        raise ValueError("gguf reads the model's GGUF file: load the model with it (load.read)")
     if quantize not in formats:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}")
     if not device.startswith("cpu"):
@@ -224,9 +229,10 @@ def apply(model: nn.Module, quantize: str, device: str) -> nn.Module:
 
 def row_invariant(model: nn.Module) -> bool:
     """Does every Linear of `model` reduce each output the same way whatever the rows fed with
-    it (the int8 formats)? Then a token scores the same alone, in a chunk or in a batch."""
-    linears = [m for m in model.modules() if isinstance(m, (nn.Linear, Int8WeightOnlyLinear))]
-    return bool(linears) and all(isinstance(m, Int8WeightOnlyLinear) for m in linears)
+    it (the int8 and gguf formats)? Then a token scores the same alone, in a chunk or in a batch."""
+    layers = model.modules()
+    linears = [m for m in layers if isinstance(m, nn.Linear) or hasattr(m, "row_invariant")]
+    return bool(linears) and all(getattr(m, "row_invariant", False) for m in linears)
 
 
 def kernel_name() -> str:
@@ -234,4 +240,5 @@ def kernel_name() -> str:
     if int8_kernel.load() is None:
         return "torch int8 (bf16 activations), float64 attention"
     rounded = "bf16-rounded" if ROUND_ACTIVATIONS else "float32"
-    return f"specguard int8 ({rounded} activations), fixed-order attention"
+    return (f"specguard int8 ({rounded} activations), gguf blocks (int16 activations per 32), "
+            "fixed-order attention")  # fmt: skip

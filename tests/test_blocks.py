@@ -1,0 +1,117 @@
+"""The gguf format: Linears that compute with a GGUF file's own blocks, the same bits for a row
+however rows are fed, and the model they make is the installed model."""
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from specguard_graph import ModelLoadError
+from specguard_graph.models.install.installer import gguf_path
+from specguard_graph.models.install.registry import DEFAULTS
+from specguard_graph.models.loading import load_lm
+from specguard_graph.models.local import numerics
+from specguard_graph.models.local.blocks import FORMATS, BlockLinear, quantize_gguf
+from specguard_graph.models.local.feeding import FEEDINGS, batch_of_4, feed
+
+SCALES = {8: [0], 6: [0], 12: [0, 2], 14: [208]}  # where each block's float16 scales sit
+K = {8: 96, 6: 96, 12: 512, 14: 512}  # in_features: several blocks per row
+
+
+def random_blocks(fmt: int, n: int, k: int, seed: int = 0) -> torch.Tensor:
+    """n rows of random (so any) blocks, with float16 scales of a weight's size."""
+    size, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(fmt)]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=(n, k // size, nbytes), dtype=np.uint8)
+    for at in SCALES[fmt]:
+        d = rng.uniform(1e-3, 1e-2, size=(n, k // size)).astype(np.float16)
+        raw[:, :, at : at + 2] = d.view(np.uint8).reshape(n, k // size, 2)
+    return torch.from_numpy(raw.reshape(n, -1))
+
+
+def activations(rows: int, k: int, seed: int = 1) -> torch.Tensor:
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed))
+    x[:, 3] *= 300.0  # an outlier channel, as real activations have
+    return x
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_each_format_computes_the_matmul_of_its_dequantized_weight(fmt):
+    layer = BlockLinear(random_blocks(fmt, 40, K[fmt]), fmt, K[fmt])
+    x = activations(6, K[fmt])
+    ref = x.double() @ layer.dequantized().double().T
+    err = (layer(x).double() - ref).abs().max() / ref.abs().max()
+    # int16 activations per group of 32: ~1e-5 of the largest output, not a wrong block layout
+    assert err < 2e-4, f"{FORMATS[fmt]}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_row_is_the_same_bits_alone_in_any_batch_at_any_thread_count(fmt):
+    layer = BlockLinear(random_blocks(fmt, 72, K[fmt], seed=2), fmt, K[fmt])
+    x = activations(9, K[fmt], seed=3)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        whole = layer(x)
+        for size in (1, 2, 3, 5):  # every register tile (1-4 rows) and its remainders
+            parts = torch.cat([layer(x[i : i + size]) for i in range(0, 9, size)])
+            assert torch.equal(parts, whole), f"{FORMATS[fmt]}, batches of {size}"
+        torch.set_num_threads(1)
+        assert torch.equal(layer(x), whole), f"{FORMATS[fmt]}, one thread"
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_rows_keeps_each_kept_output_the_same_bits():
+    layer = BlockLinear(random_blocks(12, 64, 512, seed=4), 12, 512)
+    ids = torch.tensor([5, 0, 63, 17])
+    x = activations(3, 512)
+    assert torch.equal(layer.rows(ids)(x), layer(x)[:, ids])
+
+
+def test_blocks_that_do_not_fit_are_refused_with_what_is_wrong():
+    blocks = random_blocks(12, 4, 512)
+    with pytest.raises(ValueError, match="bytes per row"):
+        BlockLinear(blocks, 12, 256)
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        BlockLinear(blocks, 2, 512)
+    with pytest.raises(ValueError, match="uint8"):
+        BlockLinear(blocks.float(), 12, 512)
+
+
+@pytest.fixture(scope="module")
+def draft_gguf():
+    return load_lm("draft", quantize="gguf")
+
+
+def test_the_draft_reads_every_linear_from_its_gguf_blocks(draft_gguf):
+    model = draft_gguf.model
+    assert not any(type(m) is nn.Linear for m in model.modules())
+    assert numerics.row_invariant(model)
+    mlp = model.model.layers[0].mlp
+    assert isinstance(mlp, numerics.GatedMLP) and isinstance(mlp.gate_up, BlockLinear)
+    assert FORMATS[model.lm_head.fmt] == "Q8_0"  # the file's own output.weight, untied
+    # the blocks are the installed model: the fp32 weights were dequantised from them
+    fp32 = load_lm("draft", quantize="none").model
+    ours = model.model.layers[1].self_attn.v_proj.dequantized()
+    assert torch.equal(ours, fp32.model.layers[1].self_attn.v_proj.weight.detach())
+
+
+def test_the_draft_in_gguf_scores_a_token_the_same_however_it_is_fed(draft_gguf):
+    lm = draft_gguf
+    ids = lm.encode("Natalia sold clips to 48 of her friends in April, and half as many in May.")
+    others = [lm.encode("How many clips did Natalia sell?"), lm.encode("48 / 2 = 24.")]
+    one, _ = feed(lm.model, [ids * 2], "one forward")
+    for feeding in FEEDINGS[1:]:
+        rows = batch_of_4(ids * 2, others * 2) if feeding == "row of 4" else [ids * 2]
+        lp, _ = feed(lm.model, rows, feeding)
+        assert torch.equal(lp[:1], one), feeding
+
+
+def test_gguf_needs_a_file_with_the_models_blocks(model_dirs, draft_gguf):
+    with pytest.raises(ModelLoadError, match="no GGUF source"):
+        load_lm("draft", model_dirs / "draft", quantize="gguf")
+    fp32 = load_lm("draft", quantize="none").model
+    with pytest.raises(ValueError, match="is not this model's"):
+        quantize_gguf(fp32, gguf_path(DEFAULTS["target"]))
