@@ -14,6 +14,7 @@ For each model and option, over GSM8K reference solutions (prompt + solution, te
     .venv/bin/python benchmarks/fidelity.py                       # 20 problems, both models
     .venv/bin/python benchmarks/fidelity.py --models draft --options int8x2 --problems 4
     .venv/bin/python benchmarks/fidelity.py --options int8 --checks greedy   # no fp32 needed
+    .venv/bin/python benchmarks/fidelity.py --options gguf --checks top1     # no feeding checks
 
 float32 is the reference and always runs first. Issue 12's goals for the default (int8):
 top-1 >= 99 %, NLL within 1 %, greedy identical on >= 19 of 20 prompts.
@@ -76,7 +77,7 @@ def measure(
     checks: set[str],
 ) -> tuple[dict[str, float], list[Scored]]:
     """One option's row; with `ref` None (float32 itself) only the one-forward scores."""
-    if "forced" not in checks:
+    if not checks & {"forced", "top1"}:
         return {"tokens": 0.0, "greedy same": _greedy(lm, prompts, new)}, []
     one = _teacher_forced(lm, texts, "one forward")
     nll = -torch.cat([s.gold for s in one])
@@ -87,7 +88,7 @@ def measure(
     row["top1"] = float(agree.float().mean())
     row["nll_ratio"] = float(nll.mean() / -torch.cat([s.gold for s in ref]).mean())
     print(f"  {lm.name}: {row}", file=sys.stderr, flush=True)  # partial rows, as they come
-    for feeding in FEEDINGS[1:]:
+    for feeding in FEEDINGS[1:] if "forced" in checks else ():
         pairs = list(zip(one, _teacher_forced(lm, texts, feeding), strict=True))
         row[f"dlp {feeding}"] = max(float((a.gold - b.gold).abs().max()) for a, b in pairs)
         row[f"flips {feeding}"] = float(sum(int((a.argmax != b.argmax).sum()) for a, b in pairs))
@@ -121,8 +122,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
-        "--checks", nargs="+", default=["forced", "greedy"], choices=["forced", "greedy"],
-        help="forced: top-1, NLL and feeding Δ (needs fp32); greedy: the 64-token check",
+        "--checks", nargs="+", default=["forced", "greedy"], choices=["forced", "top1", "greedy"],
+        help="forced: top-1, NLL and feeding Δ (needs fp32); top1: top-1 and NLL only; "
+        "greedy: the 64-token check",
     )  # fmt: skip
     args = ap.parse_args()
     checks = set(args.checks)
@@ -136,7 +138,7 @@ def main() -> None:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for role in args.models:
         ref = None
-        for option in ["fp32", *args.options] if "forced" in checks else args.options:
+        for option in ["fp32", *args.options] if checks & {"forced", "top1"} else args.options:
             t0 = time.perf_counter()
             lm = load_lm(role, **OPTIONS[option])
             texts, prompts = [], []
@@ -152,7 +154,7 @@ def main() -> None:
                 role,
                 option,
                 f"{row['tokens']:.0f}" if row["tokens"] else "—",
-                f"{100 * row['top1']:.1f} %" if "top1" in row else "—",
+                f"{100 * row['top1']:.2f} %" if "top1" in row else "—",
                 f"{row['nll']:.4f}" if "nll" in row else "—",
                 f"{row['nll_ratio']:.4f}" if "nll_ratio" in row else "—",
             ]

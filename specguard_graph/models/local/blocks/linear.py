@@ -106,12 +106,16 @@ def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
     if getattr(model.config, "tie_word_embeddings", False):
         model.config.tie_word_embeddings = False  # the head reads blocks; the embedding stays
     named = {id(m): n for n, m in model.named_modules()}
+    replaced: set[int] = set()  # MLPs now fused: their old Linears are not the model's
     for parent in list(model.modules()):
+        if id(parent) in replaced:
+            continue
         prefix = named.get(id(parent), "")
         for attr, sub in list(parent.named_children()):
             name = f"{prefix}.{attr}" if prefix else attr
             if numerics.gated(sub) and (fused := stacked(name, sub)) is not None:
                 setattr(parent, attr, fused)
+                replaced.add(id(sub))
             elif type(sub) is nn.Linear:
                 setattr(parent, attr, make(name, sub))
     return model
