@@ -85,7 +85,12 @@ def draft_gguf():
     return load_lm("draft", quantize="gguf")
 
 
-def test_the_draft_reads_every_linear_from_its_gguf_blocks(draft_gguf):
+@pytest.fixture(scope="module")
+def draft_fp32():
+    return load_lm("draft", quantize="none").model
+
+
+def test_the_draft_reads_every_linear_from_its_gguf_blocks(draft_gguf, draft_fp32):
     model = draft_gguf.model
     assert not any(type(m) is nn.Linear for m in model.modules())
     assert numerics.row_invariant(model)
@@ -93,9 +98,8 @@ def test_the_draft_reads_every_linear_from_its_gguf_blocks(draft_gguf):
     assert isinstance(mlp, numerics.GatedMLP) and isinstance(mlp.gate_up, BlockLinear)
     assert FORMATS[model.lm_head.fmt] == "Q8_0"  # the file's own output.weight, untied
     # the blocks are the installed model: the fp32 weights were dequantised from them
-    fp32 = load_lm("draft", quantize="none").model
     ours = model.model.layers[1].self_attn.v_proj.dequantized()
-    assert torch.equal(ours, fp32.model.layers[1].self_attn.v_proj.weight.detach())
+    assert torch.equal(ours, draft_fp32.model.layers[1].self_attn.v_proj.weight.detach())
 
 
 def test_the_draft_in_gguf_scores_a_token_the_same_however_it_is_fed(draft_gguf):
@@ -109,9 +113,9 @@ def test_the_draft_in_gguf_scores_a_token_the_same_however_it_is_fed(draft_gguf)
         assert torch.equal(lp[:1], one), feeding
 
 
-def test_gguf_needs_a_file_with_the_models_blocks(model_dirs, draft_gguf):
+def test_gguf_needs_a_file_with_the_models_blocks(model_dirs, draft_fp32):
     with pytest.raises(ModelLoadError, match="no GGUF source"):
         load_lm("draft", model_dirs / "draft", quantize="gguf")
-    fp32 = load_lm("draft", quantize="none").model
-    with pytest.raises(ValueError, match="is not this model's"):
-        quantize_gguf(fp32, gguf_path(DEFAULTS["target"]))
+    with pytest.raises(ValueError, match="is not this model's"):  # refused before any change
+        quantize_gguf(draft_fp32, gguf_path(DEFAULTS["target"]))
+    assert type(draft_fp32.model.layers[0].self_attn.q_proj) is nn.Linear

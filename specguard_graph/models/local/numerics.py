@@ -152,29 +152,31 @@ def _bf16_ceil(x: torch.Tensor) -> torch.Tensor:
 
 def quantize_int8(model: nn.Module) -> nn.Module:
     """Replace every nn.Linear (the LM head included) with `Int8WeightOnlyLinear`, in place."""
-    return _replace_linears(model, Int8WeightOnlyLinear)
+    return replace_linears(model, lambda _, lin: Int8WeightOnlyLinear(lin))
 
 
 def quantize_int8x2(model: nn.Module) -> nn.Module:
     """Replace every nn.Linear with a two-term `Int8WeightOnlyLinear`, in place."""
-    return _replace_linears(model, lambda lin: Int8WeightOnlyLinear(lin, terms=2))
+    return replace_linears(model, lambda _, lin: Int8WeightOnlyLinear(lin, terms=2))
 
+
+Make = Callable[[str, nn.Linear], nn.Module]  # (qualified name, Linear) -> its replacement
 
 GATED_MLPS = ("Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP")
 """MLP classes whose forward is exactly `down_proj(act_fn(gate_proj(x)) * up_proj(x))`."""
 
 
 class GatedMLP(nn.Module):
-    """`down(act(gate(x)) * up(x))` with gate and up stacked as one int8 matrix: one kernel call
+    """`down(act(gate(x)) * up(x))` with gate and up stacked as one matrix: one kernel call
     instead of two per layer, the same bits (each output channel is its own sum and scale)."""
 
-    def __init__(self, mlp: nn.Module, make: Callable[[nn.Linear], nn.Module]):
+    def __init__(self, mlp: nn.Module, make: Make, name: str = "mlp"):
         super().__init__()
         gate, up = mlp.gate_proj, mlp.up_proj
         stacked = nn.Linear(gate.in_features, 2 * gate.out_features, bias=False, device="meta")
         stacked.weight = nn.Parameter(torch.cat([gate.weight, up.weight]).detach(), False)
-        self.intermediate = gate.out_features
-        self.gate_up, self.down_proj, self.act_fn = make(stacked), make(mlp.down_proj), mlp.act_fn
+        self.intermediate, self.gate_up = gate.out_features, make(f"{name}.gate_up", stacked)
+        self.down_proj, self.act_fn = make(f"{name}.down_proj", mlp.down_proj), mlp.act_fn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gu = self.gate_up(x)
@@ -191,16 +193,21 @@ def gated(sub: nn.Module) -> bool:
     )
 
 
-def _replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> nn.Module:
-    if getattr(model.config, "tie_word_embeddings", False):
-        # the head gets its own int8 copy; the input embedding stays float32 for lookups
-        model.config.tie_word_embeddings = False
-    for parent in list(model.modules()):
+def replace_linears(model: nn.Module, make: Make) -> nn.Module:
+    """Every nn.Linear -> `make(its qualified name, it)`, in place (fused gate+up: `….gate_up`)."""
+    if getattr(model.config, "tie_word_embeddings", False):  # the embedding stays float32
+        model.config.tie_word_embeddings = False  # and the head gets its own copy
+    fused: set[int] = set()  # MLPs replaced by a GatedMLP: their old Linears are not the model's
+    for prefix, parent in list(model.named_modules()):
+        if id(parent) in fused:
+            continue
         for attr, sub in list(parent.named_children()):
+            name = f"{prefix}.{attr}" if prefix else attr
             if gated(sub):
-                setattr(parent, attr, GatedMLP(sub, make))
+                setattr(parent, attr, GatedMLP(sub, make, name))
+                fused.add(id(sub))
             elif type(sub) is nn.Linear:
-                setattr(parent, attr, make(sub))
+                setattr(parent, attr, make(name, sub))
     return model
 
 
@@ -240,5 +247,4 @@ def kernel_name() -> str:
     if int8_kernel.load() is None:
         return "torch int8 (bf16 activations), float64 attention"
     rounded = "bf16-rounded" if ROUND_ACTIVATIONS else "float32"
-    return (f"specguard int8 ({rounded} activations), gguf blocks (int16 activations per 32), "
-            "fixed-order attention")  # fmt: skip
+    return f"specguard int8 ({rounded} activations) and gguf blocks, fixed-order attention"

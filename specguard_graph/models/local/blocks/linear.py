@@ -70,52 +70,37 @@ class BlockLinear(nn.Module):
 
 def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
     """Replace every Linear whose GGUF tensor (in `path`) is in a kernel format with a
-    `BlockLinear`, in place; any other Linear gets int8 (with a warning naming it)."""
+    `BlockLinear`, in place; any other Linear gets int8 (with a warning naming it). A fused
+    MLP's gate and up (`numerics.GatedMLP`) are their two tensors' rows, stacked."""
     tensors = Tensors(path)
     head = "output.weight" if tensors.get("output.weight") is not None else "token_embd.weight"
 
-    def make(name: str, lin: nn.Linear) -> nn.Module:
-        tname = head if name == "lm_head" else tensor_name(name, tied=False)
+    def blocks(name: str, weight: torch.Tensor) -> tuple[int, np.ndarray] | None:
+        """The blocks of `name`, checked to dequantize to the loaded `weight`'s first row."""
+        tname = head if name == "lm_head" else tensor_name(name)
         got = tensors.get(tname) if tname else None
         if got is None or got[0] not in FORMATS:
             what = "no tensor" if got is None else f"ggml type {got[0]}"
             warnings.warn(f"{path.name}: {name} has {what} the block kernel reads; int8 instead",
-                          stacklevel=3)  # fmt: skip
-            return numerics.Int8WeightOnlyLinear(lin)
-        fmt, data = got
-        first = tensors.dequantized_row(tname, 0)
-        if data.shape[0] != lin.out_features or not np.array_equal(
-            first, lin.weight[0].detach().numpy()
-        ):
-            raise ValueError(f"{path.name}: {tname} is not this model's {name} weight")
-        return BlockLinear(torch.from_numpy(data.copy()), fmt, lin.in_features, lin.bias)
-
-    def stacked(name: str, mlp: nn.Module) -> nn.Module | None:
-        gate, up = make(f"{name}.gate_proj", mlp.gate_proj), make(f"{name}.up_proj", mlp.up_proj)
-        blocks = isinstance(gate, BlockLinear) and isinstance(up, BlockLinear)
-        if not blocks or gate.fmt != up.fmt:
+                          stacklevel=4)  # fmt: skip
             return None
-        both = BlockLinear(torch.cat([gate.blocks, up.blocks]), gate.fmt, gate.in_features)
-        fused = numerics.GatedMLP.__new__(numerics.GatedMLP)  # its layers are built already
-        nn.Module.__init__(fused)
-        fused.intermediate = gate.out_features
-        fused.gate_up, fused.down_proj = both, make(f"{name}.down_proj", mlp.down_proj)
-        fused.act_fn = mlp.act_fn
-        return fused
+        first = tensors.dequantized_row(tname, 0)
+        if got[1].shape[0] != weight.shape[0] or not np.array_equal(first, weight[0].numpy()):
+            raise ValueError(f"{path.name}: {tname} is not this model's {name} weight")
+        return got
 
-    if getattr(model.config, "tie_word_embeddings", False):
-        model.config.tie_word_embeddings = False  # the head reads blocks; the embedding stays
-    named = {id(m): n for n, m in model.named_modules()}
-    replaced: set[int] = set()  # MLPs now fused: their old Linears are not the model's
-    for parent in list(model.modules()):
-        if id(parent) in replaced:
-            continue
-        prefix = named.get(id(parent), "")
-        for attr, sub in list(parent.named_children()):
-            name = f"{prefix}.{attr}" if prefix else attr
-            if numerics.gated(sub) and (fused := stacked(name, sub)) is not None:
-                setattr(parent, attr, fused)
-                replaced.add(id(sub))
-            elif type(sub) is nn.Linear:
-                setattr(parent, attr, make(name, sub))
-    return model
+    def make(name: str, lin: nn.Linear) -> nn.Module:
+        stem = name.removesuffix(".gate_up")
+        parts = [f"{stem}.gate_proj", f"{stem}.up_proj"] if stem != name else [name]
+        weights = lin.weight.detach().chunk(len(parts))
+        found = [g for part, w in zip(parts, weights, strict=True) if (g := blocks(part, w))]
+        if len(found) < len(parts):
+            return numerics.Int8WeightOnlyLinear(lin)
+        if len({fmt for fmt, _ in found}) > 1:
+            warnings.warn(f"{path.name}: {stem}'s gate and up are different block types; int8 "
+                          "for both", stacklevel=3)  # fmt: skip
+            return numerics.Int8WeightOnlyLinear(lin)
+        rows = torch.from_numpy(np.concatenate([data for _, data in found]))  # a copy
+        return BlockLinear(rows, found[0][0], lin.in_features, lin.bias)
+
+    return numerics.replace_linears(model, make)

@@ -45,11 +45,10 @@ def gguf_source(path: str | Path) -> Path | None:
     return None
 
 
-def tensor_name(module: str, tied: bool) -> str | None:
-    """The GGUF tensor of a transformers Linear (`model.layers.3.mlp.up_proj` ->
-    `blk.3.ffn_up.weight`), or None for a module GGUF does not name."""
-    if module == "lm_head":
-        return "token_embd.weight" if tied else "output.weight"
+def tensor_name(module: str) -> str | None:
+    """The GGUF tensor of a transformers decoder layer's Linear (`model.layers.3.mlp.up_proj`
+    -> `blk.3.ffn_up.weight`), or None for a module GGUF does not name that way (the head is
+    `output.weight`, or `token_embd.weight` where the file ties it)."""
     m = _LAYER.match(module)
     if m and m.group(2) in _LINEARS:
         return f"blk.{m.group(1)}.{_LINEARS[m.group(2)]}.weight"

@@ -109,8 +109,21 @@ inline __m256i bits_to_bytes(uint32_t x) {
   return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
 }
 
+struct Layout {
+  int64_t block_weights, block_bytes;
+};
+
+// {0, 0}: not a block format this kernel reads
+constexpr Layout block_layout(int64_t fmt) {
+  return fmt == kQ8_0   ? Layout{32, 34}
+         : fmt == kQ5_0 ? Layout{32, 22}
+         : fmt == kQ4_K ? Layout{256, 144}
+         : fmt == kQ6_K ? Layout{256, 210}
+                        : Layout{0, 0};
+}
+
 template <int F>
-constexpr int64_t kBlockBytes = F == kQ8_0 ? 34 : F == kQ5_0 ? 22 : F == kQ4_K ? 144 : 210;
+constexpr int64_t kBlockBytes = block_layout(F).block_bytes;
 
 // Block b of one output's row (at w) against R rows of activations.
 template <int F, int R, int P = 0>
@@ -244,18 +257,11 @@ void outputs(const uint8_t* w, int64_t row_bytes, int64_t blocks, const Act* a, 
     }
 }
 
-struct Layout {
-  int64_t block_weights, block_bytes;
-};
-
 Layout layout(int64_t fmt) {
-  switch (fmt) {
-    case kQ8_0: return {32, 34};
-    case kQ5_0: return {32, 22};
-    case kQ4_K: return {256, 144};
-    case kQ6_K: return {256, 210};
-  }
-  TORCH_CHECK(false, "block_mm: unsupported block format ", fmt, " (Q8_0, Q5_0, Q4_K, Q6_K)");
+  const Layout l = block_layout(fmt);
+  TORCH_CHECK(l.block_bytes, "block_mm: unsupported block format ", fmt,
+              " (Q8_0, Q5_0, Q4_K, Q6_K)");
+  return l;
 }
 
 // Row m of x -> int16 values and per-group scales, from that row alone.
