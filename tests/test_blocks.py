@@ -12,7 +12,7 @@ from specguard_graph.models.install.installer import gguf_path
 from specguard_graph.models.install.registry import DEFAULTS
 from specguard_graph.models.loading import load_lm
 from specguard_graph.models.local import numerics
-from specguard_graph.models.local.blocks import FORMATS, BlockLinear, quantize_gguf
+from specguard_graph.models.local.blocks import FORMATS, BlockLinear, panels, quantize_gguf
 from specguard_graph.models.local.feeding import FEEDINGS, batch_of_4, feed
 
 SCALES = {8: [0], 6: [0], 12: [0, 2], 14: [208]}  # where each block's float16 scales sit
@@ -61,6 +61,29 @@ def test_a_row_is_the_same_bits_alone_in_any_batch_at_any_thread_count(fmt):
         assert torch.equal(layer(x), whole), f"{FORMATS[fmt]}, one thread"
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_the_vnni_copy_gives_the_avx2_copys_bits(fmt):
+    layer = BlockLinear(random_blocks(fmt, 44, K[fmt], seed=5), fmt, K[fmt])  # a part panel too
+    if not layer._kernel.block_vnni():
+        pytest.skip("this CPU has no AVX-512 VNNI: both calls would run the AVX2 copy")
+    for rows in (1, 3, 4, 9):
+        x = activations(rows, K[fmt], seed=rows)
+        ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, avx2) for avx2 in (True, False)]
+        assert torch.equal(*ours), f"{FORMATS[fmt]}, {rows} rows"
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_the_panel_layout_is_the_files_blocks_reordered(fmt):
+    blocks = random_blocks(fmt, 13, K[fmt], seed=6)  # 13: the last panel is part padding
+    codes = panels.codes(fmt, blocks.numpy())
+    ref = gguf.quants.dequantize(blocks.numpy(), gguf.GGMLQuantizationType(fmt))
+    assert np.array_equal(panels.weights(codes), ref)
+    packed = panels.to_panels(codes)
+    assert packed.shape == (2, 8 * blocks.shape[1])  # the same bytes per output
+    back = panels.from_panels(fmt, packed, 13)
+    assert np.array_equal(back.q, codes.q) and np.array_equal(panels.weights(back), ref)
 
 
 def test_rows_keeps_each_kept_output_the_same_bits():

@@ -39,6 +39,7 @@ SOURCES = tuple(
     Path(__file__).with_name("kernels") / f
     for f in ("int8_gemm.cpp", "attention.cpp", "block_gemm.cpp")
 )
+INCLUDES = (Path(__file__).with_name("kernels") / "block_panels.inc",)  # read by block_gemm.cpp
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple
 
@@ -66,7 +67,7 @@ def build_key() -> bytes:
     process sees them, so two environments (or two paths to one venv) sharing a folder would
     each find the other's build out of date and compile again (~45 s per new process)."""
     return b"\0".join([
-        *(f.read_bytes() for f in SOURCES), " ".join(FLAGS).encode(),
+        *(f.read_bytes() for f in SOURCES + INCLUDES), " ".join(FLAGS).encode(),
         torch.__version__.encode(), str(Path(torch.__file__).parent).encode(),
         sys.executable.encode(),
     ])  # fmt: skip
@@ -84,7 +85,8 @@ def build_dir() -> Path:
 
 @functools.cache
 def load() -> ModuleType | None:
-    """The compiled kernel module (`pack`, `mm`, `attention`, `block_mm`, `block_row_bytes`),
+    """The compiled kernel module (`pack`, `mm`, `attention`, `block_mm`, `block_row_bytes`,
+    `block_vnni`),
     or None where it cannot run or build."""
     if not supported():
         return None
@@ -98,7 +100,8 @@ def load() -> ModuleType | None:
         return load_inline(
             "specguard_cpu_kernels",
             cpp_sources=[f.read_text() for f in SOURCES],
-            functions=["pack", "mm", "attention", "block_mm", "block_row_bytes"],
+            functions=["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_vnni"],
+            extra_include_paths=[str(INCLUDES[0].parent)],
             extra_cflags=FLAGS,
             extra_ldflags=["-fopenmp"],
             build_directory=str(where),

@@ -16,17 +16,19 @@ import torch
 from torch import nn
 
 from .. import int8_kernel, numerics
+from . import panels
 from .source import FORMATS, Tensors, tensor_name
 
 
 class BlockLinear(nn.Module):
-    """A Linear whose weight is a GGUF tensor's rows of blocks; row-invariant by construction
-    (`kernels/block_gemm.cpp`)."""
+    """A Linear whose weight is a GGUF tensor's blocks, eight outputs interleaved
+    (`panels.py`); row-invariant by construction (`kernels/block_gemm.cpp`)."""
 
     row_invariant = True
 
-    def __init__(self, blocks: torch.Tensor, fmt: int, in_features: int,
+    def __init__(self, blocks: torch.Tensor | panels.Codes, fmt: int, in_features: int,
                  bias: torch.Tensor | None = None):  # fmt: skip
+        """`blocks`: the GGUF tensor's rows of blocks ([out, row bytes] uint8), or their codes."""
         super().__init__()
         if fmt not in FORMATS:
             raise ValueError(f"fmt must be one of {', '.join(FORMATS.values())} (ggml ids "
@@ -34,34 +36,42 @@ class BlockLinear(nn.Module):
         kernel = int8_kernel.load()
         if kernel is None:
             raise ValueError("the gguf format needs the project's CPU kernel (x86-64, AVX2)")
-        if blocks.dtype != torch.uint8 or blocks.dim() != 2:
-            raise ValueError("blocks must be a 2-D uint8 tensor, one row of blocks per output")
-        need = kernel.block_row_bytes(fmt, in_features)
-        if blocks.shape[1] != need:
-            raise ValueError(f"blocks hold {blocks.shape[1]} bytes per row; {FORMATS[fmt]} at "
-                             f"in_features={in_features} takes {need}")  # fmt: skip
+        if isinstance(blocks, panels.Codes):
+            if blocks.fmt != fmt or blocks.q.shape[1] != in_features:
+                got = f"{FORMATS.get(blocks.fmt)} at in_features={blocks.q.shape[1]}"
+                raise ValueError(f"codes of {got}, not {FORMATS[fmt]} at {in_features}")
+            codes = blocks
+        else:
+            if blocks.dtype != torch.uint8 or blocks.dim() != 2:
+                raise ValueError("blocks must be a 2-D uint8 tensor, one row of blocks per output")
+            need = kernel.block_row_bytes(fmt, in_features)
+            if blocks.shape[1] != need:
+                raise ValueError(f"blocks hold {blocks.shape[1]} bytes per row; {FORMATS[fmt]} "
+                                 f"at in_features={in_features} takes {need}")  # fmt: skip
+            codes = panels.codes(fmt, blocks.numpy())
         self._kernel, self.fmt = kernel, fmt
-        self.in_features, self.out_features = in_features, blocks.shape[0]
-        self.register_buffer("blocks", blocks.contiguous())
+        self.in_features, self.out_features = in_features, codes.q.shape[0]
+        self.register_buffer("panels", torch.from_numpy(panels.to_panels(codes)))
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        y = self._kernel.block_mm(rows.float(), self.blocks, self.fmt)
+        y = self._kernel.block_mm(rows.float(), self.panels, self.fmt, self.out_features, False)
         y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         return y if self.bias is None else y + self.bias
+
+    def codes(self) -> panels.Codes:
+        """The weight's integer codes and scales, read back from the kernel's layout."""
+        return panels.from_panels(self.fmt, self.panels.numpy(), self.out_features)
 
     def rows(self, ids: torch.Tensor) -> BlockLinear:
         """This layer restricted to the output channels `ids`: each kept output is the same sum."""
         bias = None if self.bias is None else self.bias[ids]
-        return BlockLinear(self.blocks[ids].contiguous(), self.fmt, self.in_features, bias)
+        return BlockLinear(self.codes().take(ids.numpy()), self.fmt, self.in_features, bias)
 
     def dequantized(self) -> torch.Tensor:
-        """The weight in float32, by the `gguf` package's reference (for tests and checks)."""
-        import gguf
-
-        w = gguf.quants.dequantize(self.blocks.numpy(), gguf.GGMLQuantizationType(self.fmt))
-        return torch.from_numpy(np.ascontiguousarray(w))
+        """The weight in float32, by the `gguf` package's formula (for tests and checks)."""
+        return torch.from_numpy(panels.weights(self.codes()))
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
