@@ -13,7 +13,8 @@
 // taken in group order, one chain per output (its lane). Integers are exact, so any instruction
 // that forms them gives the same value; the float part is one per-lane sequence of IEEE ops, the
 // same for every row count (rows only share the unpacking of each weight vector), thread count
-// (threads split the panels, never a sum) and instruction set (this file uses AVX2 + FMA + F16C).
+// (threads split the panels, never a sum) and instruction set: the panel code is compiled twice,
+// for AVX2 + FMA + F16C and for AVX-512 VNNI (`block_panels.inc`), and both give the same bits.
 // int16 keeps an activation to 1/65534 of its group's largest, finer than bfloat16 for all but
 // a group's smallest elements; `benchmarks/fidelity.py` measures what that does to the top-1.
 //
@@ -27,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -140,8 +142,12 @@ int64_t block_row_bytes(int64_t fmt, int64_t K) {
   return K / l.block_weights * l.block_bytes;
 }
 
-// Whether this CPU runs the AVX-512 VNNI copy of the panel kernel.
+// Whether this process runs the AVX-512 VNNI copy of the panel kernel: the CPU has it, and
+// torch is not held below AVX-512 (`ATEN_CPU_CAPABILITY`, as tests/test_instruction_sets.py
+// does to run the suite the way an AVX2 machine would).
 bool block_vnni() {
+  const char* held = std::getenv("ATEN_CPU_CAPABILITY");
+  if (held && std::strcmp(held, "avx512") != 0) return false;
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
