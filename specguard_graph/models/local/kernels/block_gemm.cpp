@@ -41,6 +41,8 @@ constexpr int64_t kLanes = 8;            // outputs per panel
 constexpr int64_t kRows = 4;             // rows of x per register tile
 constexpr int64_t kChunkBytes = 1 << 17;  // panels kept in cache while the row tiles pass
 constexpr int64_t kAhead = 4096;         // prefetch distance in a panel's stream
+constexpr int64_t kMaxChunk = 32;         // panels per chunk, at most
+constexpr int64_t kSliceWeights = 2048;  // k per slice when several rows meet a panel
 
 struct Layout {
   int64_t block_weights, block_bytes;  // per output; a panel's block is kLanes times the bytes
