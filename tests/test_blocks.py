@@ -13,6 +13,7 @@ from specguard_graph.models.install.registry import DEFAULTS
 from specguard_graph.models.loading import load_lm
 from specguard_graph.models.local import numerics
 from specguard_graph.models.local.blocks import FORMATS, BlockLinear, panels, quantize_gguf
+from specguard_graph.models.local.draft_head import proposal_head
 from specguard_graph.models.local.feeding import FEEDINGS, batch_of_4, feed
 
 SCALES = {8: [0], 6: [0], 12: [0, 2], 14: [208]}  # where each block's float16 scales sit
@@ -134,6 +135,19 @@ def test_the_draft_in_gguf_scores_a_token_the_same_however_it_is_fed(draft_gguf)
         rows = batch_of_4(ids * 2, others * 2) if feeding == "row of 4" else [ids * 2]
         lp, _ = feed(lm.model, rows, feeding)
         assert torch.equal(lp[:1], one), feeding
+
+
+def test_the_drafts_proposal_head_keeps_its_blocks_rows_bit_for_bit(draft_gguf):
+    lm = draft_gguf
+    lm.proposal_vocab = 32768
+    try:
+        head, ids = proposal_head(lm)
+        full = lm.model.get_output_embeddings()
+        assert isinstance(head, BlockLinear) and len(ids) > 32768  # the specials kept too
+        x = activations(2, full.in_features)
+        assert torch.equal(head(x), full(x)[:, ids])
+    finally:
+        lm.proposal_vocab = 0
 
 
 def test_gguf_needs_a_file_with_the_models_blocks(model_dirs, draft_fp32):

@@ -8,7 +8,9 @@ the first `PROPOSAL_VOCAB` ids (Qwen's byte-level BPE numbers its tokens in merg
 frequent ones first: the first 32,768 ids cover 94 % of the target's tokens on gsm8k answers
 and BFCL turns) plus every special token (end of turn, `<tool_call>`). A proposal outside
 the subset is simply not made; the target writes its own token, so the text is unchanged.
-The kept rows are the full head's int8 rows as they are, so each kept logit is the same bits.
+The kept rows are the full head's rows as they are (int8, or the GGUF's blocks in the `gguf`
+format, where the draft's Q8_0 head is 37 % of the bytes it reads per token), so each kept
+logit is the same bits.
 
 Where the draft's full distribution is read, the full head stays: SpecGuard's draft sampling
 (`LocalCausalLM.sample`: the min-log-prob signal and the vote need every token's probability)
@@ -27,12 +29,13 @@ from typing import Any
 
 import torch
 
+from .blocks import BlockLinear
 from .numerics import Int8WeightOnlyLinear
 
 PROPOSAL_VOCAB = 0  # off: see the module doc; 32768 is FR-Spec's size
 
 
-def proposal_head(lm: Any) -> tuple[Int8WeightOnlyLinear, torch.Tensor] | None:
+def proposal_head(lm: Any) -> tuple[Int8WeightOnlyLinear | BlockLinear, torch.Tensor] | None:
     """The reduced head and the token ids of its rows (None: the full head is used)."""
     cached = getattr(lm, "_proposal_head", None)
     size = getattr(lm, "proposal_vocab", PROPOSAL_VOCAB)
@@ -40,7 +43,8 @@ def proposal_head(lm: Any) -> tuple[Int8WeightOnlyLinear, torch.Tensor] | None:
         return cached[1]
     head = lm.model.get_output_embeddings()
     found = None
-    usable = isinstance(head, Int8WeightOnlyLinear) and head.terms == 1 and head.bias is None
+    int8 = isinstance(head, Int8WeightOnlyLinear) and head.terms == 1
+    usable = (int8 or isinstance(head, BlockLinear)) and head.bias is None
     if usable and 0 < size < head.out_features:
         special = {*getattr(lm.tokenizer, "added_tokens_decoder", {}), *lm.eos_ids}
         keep = sorted(set(range(size)) | {i for i in special if i < head.out_features})
