@@ -42,6 +42,24 @@ def test_paired_comparison_counts_discordant_problems_and_exact_mcnemar():
     assert "| b |  | 3:10 (0.092) |" in table
 
 
+def test_time_per_token_is_compared_with_llamacpp_problem_by_problem():
+    from specguard_graph.bench.compare import engine_markdown
+
+    def res(pairs):  # (latency, tokens) per problem
+        return {f"p{i}": {"latency_s": s, "tokens": n} for i, (s, n) in enumerate(pairs)}
+
+    results = {
+        "llamacpp-target": res([(10.0, 100), (20.0, 100), (30.0, 300)]),
+        "sd-verify": res([(6.0, 120), (10.0, 80), (15.0, 300)]),  # per token 0.5x, 1.25x, 0.5x
+        "specguard@tau=1": {"p0": {"latency_s": 1.0, "draft_tokens": 5, "target_tokens": 5}},
+    }
+    out = engine_markdown({k: v for k, v in results.items() if k != "specguard@tau=1"})
+    assert "| sd-verify | 0.50 | 3 |" in out
+    # only the problems every method finished: p0, where SpecGuard wrote 10 tokens in 1 s
+    assert "| specguard@tau=1 | 1.00 | 1 |" in engine_markdown(results)
+    assert engine_markdown({"target": results["sd-verify"]}) == ""
+
+
 def test_lossless_methods_are_checked_against_the_target_text():
     from specguard_graph.bench.compare import lossless_markdown
 

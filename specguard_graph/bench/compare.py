@@ -1,5 +1,6 @@
-"""Methods compared on the same problems: who solved what the other did not (McNemar), and
-whether a lossless method wrote the target's text."""
+"""Methods compared on the same problems: who solved what the other did not (McNemar), whether
+a lossless method wrote the target's text, and each method's time per token against llama.cpp's
+plain target."""
 
 from __future__ import annotations
 
@@ -87,3 +88,26 @@ def lossless_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
             f"{len(common)} problems{where}."
         )
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def engine_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Each method's seconds per generated token against `llamacpp-target`'s, as the median of
+    the per-problem ratios (issue 58): the two engines write different texts, so whole-answer
+    latencies do not compare, but the time per token does."""
+    from .report import seconds_per_token as per_token
+
+    base = results.get("llamacpp-target")
+    common = sorted(common_problems(results))
+    if not base or not common:
+        return ""
+
+    lines = ["Per generated token against `llamacpp-target` (the same GGUF in llama.cpp): the "
+             "median of the per-problem ratios of seconds per token.", "",
+             "| method | × llama.cpp per token | problems |", "|---|---|---|"]  # fmt: skip
+    for method in (m for m in results if m != "llamacpp-target"):
+        ratios = [a / b for i in common
+                  if (a := per_token(method, results[method][i]))
+                  and (b := per_token("llamacpp-target", base[i]))]  # fmt: skip
+        if ratios:
+            lines.append(f"| {method} | {statistics.median(ratios):.2f} | {len(ratios)} |")
+    return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..results import ResultLog
 from .compare import common_problems as _common
-from .compare import lossless_markdown, paired_markdown
+from .compare import engine_markdown, lossless_markdown, paired_markdown
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -26,7 +26,7 @@ def load_results(out_dir: Path, methods: list[str]) -> dict[str, dict[str, dict[
     return {m: ResultLog(out_dir / f"{m}.jsonl", key="id").done() for m in methods}
 
 
-def _tokens(method: str, r: dict[str, Any], model: str) -> int:
+def tokens_written(method: str, r: dict[str, Any], model: str) -> int:
     """Tokens written by `model`: step methods count them; plain ones wrote `tokens` with
     the target (target, sd: sd's output is the target's) or the draft (draft)."""
     if f"{model}_tokens" in r:
@@ -69,20 +69,26 @@ def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, A
             "latency_ratio": lat / target_lat if target_lat else None,
             "paired_ratio": _paired_ratio(results, method, ids),
             "target_share": (sum(r.get("target_steps", 0) for r in rs) / steps) if steps else None,
-            "draft_tokens": statistics.mean(_tokens(method, r, "draft") for r in rs),
-            "target_tokens": statistics.mean(_tokens(method, r, "target") for r in rs),
+            "draft_tokens": statistics.mean(tokens_written(method, r, "draft") for r in rs),
+            "target_tokens": statistics.mean(tokens_written(method, r, "target") for r in rs),
             "verify_share": sum(r.get("verify_s", 0.0) for r in rs) / total_time,
             "ms_per_token": _ms_per_token(method, rs),
         })  # fmt: skip
     return rows
 
 
+def seconds_per_token(method: str, r: dict[str, Any]) -> float | None:
+    """A problem's latency per token the method's models wrote (a rejected candidate's tokens
+    count); None where it wrote none."""
+    n = tokens_written(method, r, "draft") + tokens_written(method, r, "target")
+    return r["latency_s"] / n if n else None
+
+
 def _ms_per_token(method: str, rs: list[dict[str, Any]]) -> float | None:
-    """Median over problems of the latency per token the method's models wrote (a rejected
-    candidate's tokens count): at τ = 0 every step is an accepted draft step, so this against
-    `draft`'s is what an accepted step costs beyond a bare draft decode."""
-    per = [1000 * r["latency_s"] / n for r in rs
-           if (n := _tokens(method, r, "draft") + _tokens(method, r, "target"))]  # fmt: skip
+    """Median over problems of `seconds_per_token`, in ms: at τ = 0 every step is an accepted
+    draft step, so this against `draft`'s is what an accepted step costs beyond a bare draft
+    decode."""
+    per = [1000 * t for r in rs if (t := seconds_per_token(method, r)) is not None]
     return statistics.median(per) if per else None
 
 
@@ -182,8 +188,9 @@ def write_summary(out: Path, names: list[str], command: str, *, sweep: bool,
     from .program_stats import program_markdown
 
     ratio = goal_ratio(results)
-    extras = (kernels_markdown(results), goal_markdown(rows, ratio), paired_markdown(results),
-              lossless_markdown(results), program_markdown(results))  # fmt: skip
+    extras = (kernels_markdown(results), goal_markdown(rows, ratio), engine_markdown(results),
+              paired_markdown(results), lossless_markdown(results),
+              program_markdown(results))  # fmt: skip
     for extra in extras:
         if extra:
             summary += "\n" + extra
