@@ -75,11 +75,13 @@ def test_lossless_methods_are_checked_against_the_target_text():
     # greedy SpecGuard that verifies every step must write the target's text too; below τ = 1,
     # sampled, or rewriting, it need not
     every = {"target": res(["abc"]), "specguard-greedy@tau=1": res(["abd"]),
+             "specguard-greedy@tau=1.01": res(["abc"]),
              "specguard-greedy@tau=0.9": res(["x"]), "specguard@tau=1": res(["x"]),
              "specguard-greedy@tau=1+fallback=rewrite": res(["x"])}  # fmt: skip
     out = lossless_markdown(every)
-    assert out.count("identical") == 1
+    assert out.count("identical") == 2
     assert "`specguard-greedy@tau=1` text identical to `target`'s on 0 of 1" in out
+    assert "`specguard-greedy@tau=1.01` text identical to `target`'s on 1 of 1" in out
 
 
 def test_the_summary_gives_each_methods_time_per_written_token():

@@ -54,15 +54,16 @@ LOSSLESS = ("sd", "sd-verify")  # methods whose text must equal the target's gre
 
 
 def _lossless(method: str) -> bool:
-    """sd, sd-verify, and greedy SpecGuard that verifies every step (τ = 1: the verified
-    fallback writes the target's greedy step from the target's own prefix, step after step)."""
+    """sd, sd-verify, and greedy SpecGuard that verifies every step (τ ≥ 1, as issue 58's
+    τ = 1.01: the verified fallback writes the target's greedy step from the target's own
+    prefix, step after step)."""
     if method in LOSSLESS:
         return True
     base, at, _ = method.partition("@")
     if base != "specguard-greedy" or not at:
         return False
     params = parse(method)[1]
-    return params.get("tau") == 1.0 and params.get("fallback", "verify") == "verify"
+    return params.get("tau", 0.0) >= 1.0 and params.get("fallback", "verify") == "verify"
 
 
 def lossless_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
