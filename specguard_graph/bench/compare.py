@@ -10,6 +10,22 @@ from typing import Any
 from .methods import parse
 
 
+def tokens_written(method: str, r: dict[str, Any], model: str) -> int:
+    """Tokens written by `model`: step methods count them; plain ones wrote `tokens` with
+    the target (target, sd: sd's output is the target's) or the draft (draft)."""
+    if f"{model}_tokens" in r:
+        return int(r[f"{model}_tokens"])
+    writer = "draft" if method == "draft" else "target"
+    return int(r.get("tokens", 0)) if writer == model else 0
+
+
+def seconds_per_token(method: str, r: dict[str, Any]) -> float | None:
+    """A problem's latency per token the method's models wrote (a rejected candidate's tokens
+    count); None where it wrote none."""
+    n = tokens_written(method, r, "draft") + tokens_written(method, r, "target")
+    return r["latency_s"] / n if n else None
+
+
 def common_problems(results: dict[str, dict[str, dict[str, Any]]]) -> set[str]:
     """Problems every method has finished: the only fair ground for comparing them."""
     return set.intersection(*(set(r) for r in results.values())) if results else set()
@@ -95,8 +111,6 @@ def engine_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Each method's seconds per generated token against `llamacpp-target`'s, as the median of
     the per-problem ratios (issue 58): the two engines write different texts, so whole-answer
     latencies do not compare, but the time per token does."""
-    from .report import seconds_per_token as per_token
-
     base = results.get("llamacpp-target")
     common = sorted(common_problems(results))
     if not base or not common:
@@ -107,8 +121,8 @@ def engine_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
              "| method | × llama.cpp per token | problems |", "|---|---|---|"]  # fmt: skip
     for method in (m for m in results if m != "llamacpp-target"):
         ratios = [a / b for i in common
-                  if (a := per_token(method, results[method][i]))
-                  and (b := per_token("llamacpp-target", base[i]))]  # fmt: skip
+                  if (a := seconds_per_token(method, results[method][i]))
+                  and (b := seconds_per_token("llamacpp-target", base[i]))]  # fmt: skip
         if ratios:
             lines.append(f"| {method} | {statistics.median(ratios):.2f} | {len(ratios)} |")
     return "\n".join(lines) + "\n"

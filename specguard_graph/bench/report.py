@@ -9,7 +9,13 @@ from typing import Any
 
 from ..results import ResultLog
 from .compare import common_problems as _common
-from .compare import engine_markdown, lossless_markdown, paired_markdown
+from .compare import (
+    engine_markdown,
+    lossless_markdown,
+    paired_markdown,
+    seconds_per_token,
+    tokens_written,
+)
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -24,15 +30,6 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def load_results(out_dir: Path, methods: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
     return {m: ResultLog(out_dir / f"{m}.jsonl", key="id").done() for m in methods}
-
-
-def tokens_written(method: str, r: dict[str, Any], model: str) -> int:
-    """Tokens written by `model`: step methods count them; plain ones wrote `tokens` with
-    the target (target, sd: sd's output is the target's) or the draft (draft)."""
-    if f"{model}_tokens" in r:
-        return int(r[f"{model}_tokens"])
-    writer = "draft" if method == "draft" else "target"
-    return int(r.get("tokens", 0)) if writer == model else 0
 
 
 def _paired_ratio(
@@ -75,13 +72,6 @@ def summarize(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, A
             "ms_per_token": _ms_per_token(method, rs),
         })  # fmt: skip
     return rows
-
-
-def seconds_per_token(method: str, r: dict[str, Any]) -> float | None:
-    """A problem's latency per token the method's models wrote (a rejected candidate's tokens
-    count); None where it wrote none."""
-    n = tokens_written(method, r, "draft") + tokens_written(method, r, "target")
-    return r["latency_s"] / n if n else None
 
 
 def _ms_per_token(method: str, rs: list[dict[str, Any]]) -> float | None:
