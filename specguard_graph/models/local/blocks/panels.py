@@ -19,8 +19,6 @@ import numpy as np
 
 LANES = 8  # outputs per panel
 GROUP = 32  # weights per activation scale
-SUPER = {8: 32, 6: 32, 12: 256, 14: 256}  # weights per block, by ggml type id
-BYTES = {8: 34, 6: 22, 12: 144, 14: 210}  # bytes per block in the file, and per output in a panel
 
 
 @dataclass
@@ -41,6 +39,13 @@ class Codes:
         return Codes(self.fmt, self.q[ids], self.d[ids], *pick)
 
 
+def _block_bytes(fmt: int) -> int:
+    """Bytes per block in the file, and per output in a panel's block (the `gguf` package's)."""
+    import gguf
+
+    return gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(fmt)][1]
+
+
 def _f16(raw: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw).view(np.float16)[..., 0]
 
@@ -48,7 +53,7 @@ def _f16(raw: np.ndarray) -> np.ndarray:
 def codes(fmt: int, blocks: np.ndarray) -> Codes:
     """The file's rows of blocks ([N, row bytes] uint8) as codes, by ggml's bit layouts."""
     n = blocks.shape[0]
-    raw = blocks.reshape(n, -1, BYTES[fmt])
+    raw = blocks.reshape(n, -1, _block_bytes(fmt))
     if fmt == 8:
         return Codes(fmt, raw[..., 2:].reshape(n, -1).copy(), _f16(raw[..., :2]))
     if fmt == 6:
@@ -157,16 +162,16 @@ def to_panels(c: Codes) -> np.ndarray:
 def from_panels(fmt: int, panels: np.ndarray, n: int) -> Codes:
     """The kernel's layout -> the codes of its first `n` outputs (`to_panels`' inverse)."""
     p = panels.shape[0]
-    raw = panels.reshape(p, -1, LANES * BYTES[fmt])
+    raw = panels.reshape(p, -1, LANES * _block_bytes(fmt))
     nb = raw.shape[1]
 
     def split(at: int, size: int, dtype) -> np.ndarray:
         return np.ascontiguousarray(raw[..., at : at + size]).view(dtype)
 
-    def from_nibbles(nib: np.ndarray, high: np.ndarray) -> np.ndarray:
+    def from_nibbles(nib: np.ndarray, high: np.ndarray | None = None) -> np.ndarray:
         """nibbles [P, G, 8, 16] and the bits above them [P, G, 16, 16] -> codes [P*8, K]."""
-        pv = np.concatenate([nib & 15, nib >> 4], axis=2) | high << 4
-        return _unpairs(pv)
+        pv = np.concatenate([nib & 15, nib >> 4], axis=2)
+        return _unpairs(pv if high is None else pv | high << 4)
 
     d = _unlanes(split(0, 16, np.float16))
     if fmt == 8:
@@ -184,7 +189,7 @@ def from_panels(fmt: int, panels: np.ndarray, n: int) -> Codes:
         sc = ((w0 >> 4 * at) & 15) | ((w2 >> 2 * at) & 3) << 4
         m = ((w1 >> 4 * at) & 15) | ((w2 >> (16 + 2 * at)) & 3) << 4
         nib = split(128, 1024, np.uint8).reshape(p, nb * 8, 8, 16)
-        c = Codes(fmt, from_nibbles(nib, np.zeros((p, nb * 8, 16, 16), np.uint8)), d,
+        c = Codes(fmt, from_nibbles(nib), d,
                   _unlanes(split(16, 16, np.float16)), _unlanes(sc).astype(np.uint8),
                   _unlanes(m).astype(np.uint8))  # fmt: skip
     else:

@@ -21,7 +21,7 @@
 // Speed: each pair of weights is unpacked once per tile of up to `kRows` rows and met by one
 // `vpmaddwd` per row; the float work is per group and row, for eight outputs at once. A decode
 // streams each panel's bytes once (`kAhead` prefetch); a prefill keeps a chunk of panels in cache
-// while all its row tiles pass.
+// while all its row tiles pass, each over one k slice at a time (`kSliceWeights`).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -122,17 +122,6 @@ void quantize_row(const float* x, int64_t K, int16_t* q, float* d, float* s, int
   }
 }
 
-template <class K>
-void run(int64_t fmt, const uint8_t* w, int64_t pb, int64_t blocks, const Act* a, int64_t m,
-         float* y, int64_t N, int64_t p0, int64_t p1) {
-  switch (fmt) {
-    case kQ8_0: K::template go<kQ8_0>(w, pb, blocks, a, m, y, N, p0, p1); break;
-    case kQ5_0: K::template go<kQ5_0>(w, pb, blocks, a, m, y, N, p0, p1); break;
-    case kQ4_K: K::template go<kQ4_K>(w, pb, blocks, a, m, y, N, p0, p1); break;
-    default: K::template go<kQ6_K>(w, pb, blocks, a, m, y, N, p0, p1); break;
-  }
-}
-
 }  // namespace
 
 // The bytes one output's row of a [N, K] weight takes in `fmt` (K a multiple of the block); a
@@ -186,9 +175,9 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   const bool use_vnni = vnni_ok && !avx2_only;
   at::parallel_for(0, P, 4, [&](int64_t p0, int64_t p1) {
     if (use_vnni)
-      run<vnni::Panels>(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
+      vnni::run(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
     else
-      run<avx2::Panels>(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
+      avx2::run(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
   });
   return y;
 }
