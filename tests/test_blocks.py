@@ -50,13 +50,14 @@ def test_each_format_computes_the_matmul_of_its_dequantized_weight(fmt):
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_a_row_is_the_same_bits_alone_in_any_batch_at_any_thread_count(fmt):
     layer = BlockLinear(random_blocks(fmt, 72, K[fmt], seed=2), fmt, K[fmt])
-    x = activations(9, K[fmt], seed=3)
+    x = activations(40, K[fmt], seed=3)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
         whole = layer(x)
-        for size in (1, 2, 3, 5):  # every register tile (1-4 rows) and its remainders
-            parts = torch.cat([layer(x[i : i + size]) for i in range(0, 9, size)])
+        # every register tile (1-4 rows) and its remainders; AMX's tiles of 16 rows, where it runs
+        for size in (1, 2, 3, 5, 16, 17):
+            parts = torch.cat([layer(x[i : i + size]) for i in range(0, 40, size)])
             assert torch.equal(parts, whole), f"{FORMATS[fmt]}, batches of {size}"
         torch.set_num_threads(1)
         assert torch.equal(layer(x), whole), f"{FORMATS[fmt]}, one thread"
@@ -65,14 +66,17 @@ def test_a_row_is_the_same_bits_alone_in_any_batch_at_any_thread_count(fmt):
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_the_vnni_copy_gives_the_avx2_copys_bits(fmt):
+def test_every_copy_of_the_kernel_gives_the_avx2_copys_bits(fmt):
+    """AVX2, AVX-512 VNNI and AMX (from 16 rows on; 17 and 33 end with a one-row tile)."""
     layer = BlockLinear(random_blocks(fmt, 44, K[fmt], seed=5), fmt, K[fmt])  # a part panel too
-    if not layer._kernel.block_vnni():
-        pytest.skip("this CPU has no AVX-512 VNNI: both calls would run the AVX2 copy")
-    for rows in (1, 3, 4, 9):
+    best = layer._kernel.block_isa()
+    if best == 0:
+        pytest.skip("this CPU has no AVX-512 VNNI: every call would run the AVX2 copy")
+    for rows in (1, 3, 4, 9, 16, 17, 33):
         x = activations(rows, K[fmt], seed=rows)
-        ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, avx2) for avx2 in (True, False)]
-        assert torch.equal(*ours), f"{FORMATS[fmt]}, {rows} rows"
+        ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
+        for isa in range(1, best + 1):
+            assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))

@@ -39,7 +39,9 @@ SOURCES = tuple(
     Path(__file__).with_name("kernels") / f
     for f in ("int8_gemm.cpp", "attention.cpp", "block_gemm.cpp")
 )
-INCLUDES = (Path(__file__).with_name("kernels") / "block_panels.inc",)  # read by block_gemm.cpp
+INCLUDES = tuple(  # read by block_gemm.cpp
+    Path(__file__).with_name("kernels") / f for f in ("block_panels.inc", "block_amx.inc")
+)
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple
 
@@ -86,8 +88,7 @@ def build_dir() -> Path:
 @functools.cache
 def load() -> ModuleType | None:
     """The compiled kernel module (`pack`, `mm`, `attention`, `block_mm`, `block_row_bytes`,
-    `block_vnni`),
-    or None where it cannot run or build."""
+    `block_isa`), or None where it cannot run or build."""
     if not supported():
         return None
     from torch.utils.cpp_extension import load_inline
@@ -100,7 +101,7 @@ def load() -> ModuleType | None:
         return load_inline(
             "specguard_cpu_kernels",
             cpp_sources=[f.read_text() for f in SOURCES],
-            functions=["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_vnni"],
+            functions=["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_isa"],
             extra_include_paths=[str(INCLUDES[0].parent)],
             extra_cflags=FLAGS,
             extra_ldflags=["-fopenmp"],

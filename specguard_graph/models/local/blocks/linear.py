@@ -56,7 +56,7 @@ class BlockLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        y = self._kernel.block_mm(rows.float(), self.panels, self.fmt, self.out_features, False)
+        y = self._kernel.block_mm(rows.float(), self.panels, self.fmt, self.out_features, -1)
         y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         return y if self.bias is None else y + self.bias
 

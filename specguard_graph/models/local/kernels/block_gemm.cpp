@@ -24,7 +24,10 @@
 // while all its row tiles pass, each over one k slice at a time (`kSliceWeights`).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -43,6 +46,7 @@ constexpr int64_t kChunkBytes = 1 << 17;  // panels kept in cache while the row 
 constexpr int64_t kAhead = 4096;         // prefetch distance in a panel's stream
 constexpr int64_t kMaxChunk = 32;         // panels per chunk, at most
 constexpr int64_t kSliceWeights = 2048;  // k per slice when several rows meet a panel
+constexpr int64_t kAmxMinRows = 16;      // fewer rows run the panel code where AMX runs
 
 struct Layout {
   int64_t block_weights, block_bytes;  // per output; a panel's block is kLanes times the bytes
@@ -93,6 +97,16 @@ namespace vnni {
 }  // namespace vnni
 #pragma GCC pop_options
 
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
+namespace amx {
+#define SPECGUARD_VNNI 1
+#include "block_panels.inc"
+#include "block_amx.inc"
+#undef SPECGUARD_VNNI
+}  // namespace amx
+#pragma GCC pop_options
+
 namespace {
 
 Layout layout(int64_t fmt) {
@@ -133,20 +147,31 @@ int64_t block_row_bytes(int64_t fmt, int64_t K) {
   return K / l.block_weights * l.block_bytes;
 }
 
-// Whether this process runs the AVX-512 VNNI copy of the panel kernel: the CPU has it, and
-// torch is not held below AVX-512 (`ATEN_CPU_CAPABILITY`, as tests/test_instruction_sets.py
-// does to run the suite the way an AVX2 machine would).
-bool block_vnni() {
+// The best copy of the panel kernel this process runs: 0 AVX2, 1 AVX-512 VNNI, 2 AMX-INT8 (its
+// tile registers granted by Linux). `ATEN_CPU_CAPABILITY` below avx512 holds it to AVX2, as
+// tests/test_instruction_sets.py does to run the suite the way an AVX2 machine would;
+// SPECGUARD_AMX=0 holds it to VNNI (benchmarks compare the two). All give the same bits.
+int64_t block_isa() {
   const char* held = std::getenv("ATEN_CPU_CAPABILITY");
-  if (held && std::strcmp(held, "avx512") != 0) return false;
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  if (held && std::strcmp(held, "avx512") != 0) return 0;
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")))
+    return 0;
+  const char* amx = std::getenv("SPECGUARD_AMX");
+  if (amx && std::strcmp(amx, "0") == 0) return 1;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 1;
+  const bool tiles = (edx >> 24 & 1) && (edx >> 25 & 1);  // AMX-TILE, AMX-INT8
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;  // arch_prctl: ask for the tiles
+  return tiles && syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0 ? 2 : 1;
 }
 
 // x [M, K] float32, w [ceil(N / 8), 8 * row bytes] uint8 (`blocks/panels.py`), fmt a ggml type
-// id -> y [M, N] float32. avx2_only: the AVX2 copy even where VNNI runs (the same bits; tests).
-torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N, bool avx2_only) {
-  static const bool vnni_ok = block_vnni();
+// id -> y [M, N] float32. isa: -1 the best copy (`block_isa`), else that copy (the same bits;
+// tests compare them).
+torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N, int64_t isa) {
+  static const int64_t best = block_isa();
+  TORCH_CHECK(isa <= best, "block_mm: isa=", isa, " is not run here (best: ", best, ")");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32,
               "block_mm: x must be 2-D float32");
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kUInt8 && w.is_contiguous(),
@@ -158,23 +183,33 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   TORCH_CHECK(w.size(1) == kLanes * block_row_bytes(fmt, K), "block_mm: w has ", w.size(1),
               " bytes per panel, K=", K, " needs ", kLanes * block_row_bytes(fmt, K));
   const int64_t G = K / kGroup, blocks = K / l.block_weights;
+  const int64_t use = isa < 0 ? best : isa;
+  const bool bytes = use == 2 && M >= kAmxMinRows;  // the AMX copy reads x as two byte planes
   std::vector<int16_t> xq(M * K);
+  std::vector<int8_t> xhi(bytes ? M * K : 0);
+  std::vector<uint8_t> xlo(bytes ? M * K : 0);
   std::vector<float> xd(M * G), xs(M * G);
   std::vector<int32_t> xh(2 * M * G);
   std::vector<Act> act(M);
   const float* xp = x.data_ptr<float>();
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m)
+    for (int64_t m = m0; m < m1; ++m) {
       quantize_row(xp + m * K, K, &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G]);
+      for (int64_t k = 0; bytes && k < K; ++k) {  // x = 256 * hi + lo, exactly
+        xhi[m * K + k] = (int8_t)(xq[m * K + k] >> 8);
+        xlo[m * K + k] = (uint8_t)(xq[m * K + k] & 255);
+      }
+    }
   });
   for (int64_t m = 0; m < M; ++m) act[m] = {&xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G]};
   auto y = torch::empty({M, N}, x.options());
   const uint8_t* wp = w.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
   const int64_t pb = w.size(1);
-  const bool use_vnni = vnni_ok && !avx2_only;
   at::parallel_for(0, P, 4, [&](int64_t p0, int64_t p1) {
-    if (use_vnni)
+    if (use == 2)
+      amx::run_amx(fmt, wp, pb, blocks, act.data(), xhi.data(), xlo.data(), K, M, yp, N, p0, p1);
+    else if (use == 1)
       vnni::run(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
     else
       avx2::run(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
