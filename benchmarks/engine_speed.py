@@ -10,6 +10,7 @@ speed drifts by several times between hours, and only ratios from one run mean a
     .venv/bin/python benchmarks/engine_speed.py                    # int8 (the CPU default)
     .venv/bin/python benchmarks/engine_speed.py --options int8 gguf --repeats 5  # + GGUF blocks
     .venv/bin/python benchmarks/engine_speed.py --torch-kernel --repeats 5  # + torch's int8 kernel
+    .venv/bin/python benchmarks/engine_speed.py --options gguf --vnni  # + gguf without AMX
 
 The goal of issue 41: prefill >= 0.67x llama.cpp's tokens/s and decode <= 1.5x its ms/token;
 of issue 58 (the `gguf` format, the same blocks llama.cpp reads): prefill >= 1.0x, decode
@@ -29,6 +30,7 @@ import torch
 from specguard_graph.machine import describe
 from specguard_graph.models.loading import OPTIONS, load_lm
 from specguard_graph.models.local import int8_kernel, numerics
+from specguard_graph.models.local.blocks.linear import kernel_copy
 from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.models.local.kv_cache import new_cache
 
@@ -103,9 +105,15 @@ def main() -> None:
     ap.add_argument(
         "--torch-kernel", action="store_true", help="also time int8 on torch's kernel (int8-torch)"
     )
+    ap.add_argument(
+        "--vnni",
+        action="store_true",
+        help="also time gguf on the kernel's AVX-512 VNNI copy (gguf-vnni), where AMX runs",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     options = list(args.options) + (["int8-torch"] if args.torch_kernel else [])
+    options += ["gguf-vnni"] if args.vnni else []
     print(
         f"{describe()}; int8 kernel: {numerics.kernel_name()}; {args.prompt_tokens}-token prompt "
         f"forward, then {args.decode_tokens} greedy tokens; timers interleaved, median of "
@@ -118,6 +126,9 @@ def main() -> None:
             if opt == "int8-torch":
                 with int8_kernel.torch_kernel():
                     lm = load_lm(role, **OPTIONS["int8"])
+            elif opt == "gguf-vnni":
+                with kernel_copy(1):
+                    lm = load_lm(role, **OPTIONS["gguf"])
             else:
                 lm = load_lm(role, **OPTIONS[opt])
             ids = prompt_ids(lm, args.prompt_tokens)

@@ -113,6 +113,14 @@ def load() -> ModuleType | None:
         return None
 
 
+def block_copy() -> str:
+    """The copy of the gguf block kernel this process runs, for benchmark headers."""
+    kernel = load()
+    if kernel is None:
+        return "not built"
+    return ("AVX2", "AVX-512 VNNI", "AMX-INT8 from 16 rows, else AVX-512 VNNI")[kernel.block_isa()]
+
+
 _TORCH_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("torch_int8", default=False)
 
 

@@ -247,4 +247,4 @@ def kernel_name() -> str:
     if int8_kernel.load() is None:
         return "torch int8 (bf16 activations), float64 attention"
     rounded = "bf16-rounded" if ROUND_ACTIVATIONS else "float32"
-    return f"specguard int8 ({rounded} activations) and gguf blocks, fixed-order attention"
+    return f"specguard int8 ({rounded} activations), gguf blocks ({int8_kernel.block_copy()})"

@@ -8,7 +8,10 @@ float32."""
 
 from __future__ import annotations
 
+import contextvars
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,20 @@ from torch import nn
 from .. import int8_kernel, numerics
 from . import panels
 from .source import FORMATS, Tensors, tensor_name
+
+_COPY: contextvars.ContextVar[int] = contextvars.ContextVar("block_copy", default=-1)
+
+
+@contextmanager
+def kernel_copy(isa: int) -> Iterator[None]:
+    """Layers made inside this block run that copy of the kernel (0 AVX2, 1 AVX-512 VNNI, 2 AMX;
+    -1 the best this CPU runs): the copies give the same bits, so benchmarks time them side by
+    side in one process (`benchmarks/engine_speed.py --vnni`)."""
+    token = _COPY.set(isa)
+    try:
+        yield
+    finally:
+        _COPY.reset(token)
 
 
 class BlockLinear(nn.Module):
@@ -49,14 +66,14 @@ class BlockLinear(nn.Module):
                 raise ValueError(f"blocks hold {blocks.shape[1]} bytes per row; {FORMATS[fmt]} "
                                  f"at in_features={in_features} takes {need}")  # fmt: skip
             codes = panels.codes(fmt, blocks.numpy())
-        self._kernel, self.fmt = kernel, fmt
+        self._kernel, self.fmt, self.isa = kernel, fmt, _COPY.get()
         self.in_features, self.out_features = in_features, codes.q.shape[0]
         self.register_buffer("panels", torch.from_numpy(panels.to_panels(codes)))
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        y = self._kernel.block_mm(rows.float(), self.panels, self.fmt, self.out_features, -1)
+        y = self._kernel.block_mm(rows.float(), self.panels, self.fmt, self.out_features, self.isa)
         y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         return y if self.bias is None else y + self.bias
 
@@ -67,7 +84,9 @@ class BlockLinear(nn.Module):
     def rows(self, ids: torch.Tensor) -> BlockLinear:
         """This layer restricted to the output channels `ids`: each kept output is the same sum."""
         bias = None if self.bias is None else self.bias[ids]
-        return BlockLinear(self.codes().take(ids.numpy()), self.fmt, self.in_features, bias)
+        kept = BlockLinear(self.codes().take(ids.numpy()), self.fmt, self.in_features, bias)
+        kept.isa = self.isa
+        return kept
 
     def dequantized(self) -> torch.Tensor:
         """The weight in float32, by the `gguf` package's formula (for tests and checks)."""
