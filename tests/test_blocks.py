@@ -1,6 +1,10 @@
 """The gguf format: Linears that compute with a GGUF file's own blocks, the same bits for a row
 however rows are fed, and the model they make is the installed model."""
 
+import os
+import subprocess
+import sys
+
 import gguf
 import numpy as np
 import pytest
@@ -77,6 +81,16 @@ def test_every_copy_of_the_kernel_gives_the_avx2_copys_bits(fmt):
         ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
         for isa in range(1, best + 1):
             assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
+
+
+def test_the_environment_holds_the_kernel_to_a_lower_copy():
+    """SPECGUARD_AMX=0 keeps a process on VNNI; torch held to AVX2 keeps the kernel on AVX2."""
+    best = BlockLinear(random_blocks(8, 8, 96), 8, 96)._kernel.block_isa()
+    code = "from specguard_graph.models.local import int8_kernel as k; print(k.load().block_isa())"
+    for env, want in (({"SPECGUARD_AMX": "0"}, min(best, 1)), ({"ATEN_CPU_CAPABILITY": "avx2"}, 0)):
+        run = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                             capture_output=True, text=True, check=True)  # fmt: skip
+        assert int(run.stdout.split()[-1]) == want, env
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
