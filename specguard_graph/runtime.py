@@ -45,6 +45,7 @@ class RunSession:
     sample_step: int = -1
     counters_at_step: dict[str, int] = field(default_factory=dict)
     spent: dict[str, float] = field(default_factory=dict)  # this step's seconds per model
+    prefill_at_step: dict[str, float] = field(default_factory=dict)
     step_started: float = 0.0
     _signals: dict[tuple[str, int, int], Signals] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -58,6 +59,18 @@ class RunSession:
             "draft_reused": self.draft.reused_tokens,  # KV kept from an earlier run
             "target_reused": self.target.reused_tokens,
         }
+
+    def prefill_seconds(self) -> dict[str, float]:
+        """Seconds each model spent in catch-up prefills so far (`PrefixCache.prefill_s`)."""
+        return {"draft_prefill_s": self.draft.prefill_s, "target_prefill_s": self.target.prefill_s}
+
+    def step_spent(self, time_s: float) -> dict[str, float]:
+        """This step's seconds per model, `verify_s` the rest of its `time_s`, and of each
+        model's seconds those of its catch-up prefills."""
+        spent = {"draft_s": 0.0, "target_s": 0.0, **self.spent}
+        spent["verify_s"] = max(0.0, time_s - spent["draft_s"] - spent["target_s"])
+        at = self.prefill_at_step
+        return {**spent, **{k: v - at.get(k, 0.0) for k, v in self.prefill_seconds().items()}}
 
     def fed_since_step_start(self) -> dict[str, int]:
         now = self.counters()

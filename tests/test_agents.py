@@ -260,6 +260,10 @@ def test_the_chat_model_runs_on_tiny_local_models_with_both_signals():
     assert meta["source"] in ("draft", "target") and meta["checked"]
     assert meta["grounding"] is not None and meta["logprob"] is not None
     assert 0 < msg.usage_metadata["output_tokens"] <= 12
+    # where the time went: the draft's prompt prefill is part of its seconds
+    spent = meta["spent"]
+    assert 0 < spent["draft_prefill_s"] <= spent["draft_s"]
+    assert 0 <= spent["target_prefill_s"] <= spent["target_s"]
 
 
 def test_json_lines_of_calls_parse_as_calls():

@@ -90,7 +90,7 @@ def test_an_agent_making_the_gold_calls_runs_on_bfcls_backends_and_passes(gold):
     first = result["turns"][0]["messages"]
     assert first[0]["role"] == "human" and first[-1] == {"role": "assistant", "text": "done",
         "calls": [], "invalid": 0, **dict.fromkeys(("source", "reason", "checked", "score",
-        "draft_text", "time_s", "fed", "timing", "prefill_s", "decode_s"))}  # fmt: skip
+        "draft_text", "time_s", "fed", "timing", "spent", "prefill_s", "decode_s"))}  # fmt: skip
     tools = [m["text"] for m in first if m["role"] == "tool"]
     assert len(tools) == len(gold[0]) and "Error" not in " ".join(tools)  # the backend ran them
     problem = {"id": TASK, "question": TASK, "answer": json.dumps(gold), "grader": "bfcl-multi"}
@@ -153,6 +153,32 @@ def test_the_multi_turn_report_compares_methods_on_the_same_tasks(tmp_path):
                                       "empty": {"fired": 1, "target_differed": 1}}  # fmt: skip
     assert rows["target"]["fed"] == {"prefill": 30, "decode": 6}
     assert "| `lossless` | 2 | 50.0 % " in multi_report.markdown(list(rows.values()))
+
+
+def test_the_report_splits_each_models_seconds_into_prefill_and_the_rest():
+    from specguard_graph.bench.bfcl import multi_report
+
+    plain = _record("t1", True, 3.0, [{**_msg("a", "plain", 3.0), "prefill_s": 2.0,
+                                       "decode_s": 1.0}], 1)  # fmt: skip
+    spent = {"draft_s": 1.5, "target_s": 4.0, "verify_s": 0.5, "draft_prefill_s": 1.0,
+             "target_prefill_s": 3.0}  # fmt: skip
+    ours = _record("t1", True, 6.0, [{**_msg("a", "target", 6.0), "spent": spent}], 1)
+    zero = dict.fromkeys(multi_report.SECONDS, 0.0)
+    assert multi_report.seconds("target", {"t1": plain}) == {
+        **zero,
+        "target prefill": 2.0,
+        "target decode + checks": 1.0,
+    }
+    assert multi_report.seconds("draft", {"t1": plain}) == {
+        **zero,
+        "draft prefill": 2.0,
+        "draft decode": 1.0,
+    }
+    assert multi_report.seconds("lossless", {"t1": ours}) == {
+        "draft prefill": 1.0, "draft decode": 0.5, "target prefill": 3.0,
+        "target decode + checks": 1.0, "rest": 0.5}  # fmt: skip
+    old = _record("t1", True, 1.0, [_msg("a", "plain", 1.0)], 1)  # before the split was kept
+    assert multi_report.seconds("target", {"t1": old}) is None
 
 
 def test_the_bench_refuses_a_method_an_agent_cannot_run_before_loading_models(tmp_path):

@@ -170,7 +170,7 @@ class SpecGuardChatModel(ToolChatModel):
             "reason": step.get("reason"), "checked": step.get("checked"),
             "candidates": len(step.get("candidates") or []),
             "draft_text": step.get("draft_text"), "time_s": step.get("time_s"),
-            "fed": step.get("fed"), "timing": out.get("timing"),
+            "fed": step.get("fed"), "timing": out.get("timing"), "spent": step.get("spent"),
         }  # fmt: skip
         usage = {"input_tokens": n_in, "output_tokens": step["tokens"],
                  "total_tokens": n_in + step["tokens"]}  # fmt: skip

@@ -28,6 +28,7 @@ class PrefixCache:
     cache: Any = None
     cache_ids: list[int] = field(default_factory=list)
     prefill_tokens: int = 0  # tokens fed in catch-up prefills (batch 1)
+    prefill_s: float = 0.0  # seconds of the catch-up forwards (one fused into a check: the check's)
     decode_tokens: int = 0  # tokens fed while generating (all rows)
     reused_tokens: int = 0  # tokens whose KV came from an earlier run (`local/prefix_store.py`)
     remembered: bool = False  # this run's prompt is in the model's prefix store

@@ -61,9 +61,7 @@ def finish_step(
         record["checked"] = decision["checked"]
     record["fed"] = session.fed_since_step_start()
     record["time_s"] = time.perf_counter() - session.step_started
-    spent = {"draft_s": 0.0, "target_s": 0.0, **session.spent}
-    spent["verify_s"] = max(0.0, record["time_s"] - spent["draft_s"] - spent["target_s"])
-    record["spent"] = spent
+    record["spent"] = session.step_spent(record["time_s"])
     record["tau"] = deps.run_config(runtime).tau
     record["candidate_signals"] = candidate_signals(state)
     chosen = state["candidates"][sel]

@@ -36,6 +36,7 @@ def draft_k(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: Deps) 
     widen = bool(decision.get("widen")) and decision.get("step") == index
     if not widen:
         session.counters_at_step = session.counters()
+        session.prefill_at_step = session.prefill_seconds()
         session.step_started = t0
         session.spent = {}
     # adaptive: one candidate first; the other k - 1 only if decide asks to widen

@@ -65,6 +65,32 @@ def fed(records: dict[str, dict[str, Any]]) -> dict[str, int]:
     return dict(total)
 
 
+SECONDS = ("draft prefill", "draft decode", "target prefill", "target decode + checks", "rest")
+
+
+def seconds(method: str, records: dict[str, dict[str, Any]]) -> dict[str, float] | None:
+    """Where a method's time went, summed over its messages (None: records from before the
+    split was kept). A plain model's prefill and decode; SpecGuard's per model, its catch-up
+    prefills apart from the rest (the target's checking forwards, prefill fused in, count as
+    its decode + checks; `rest` is the graph's own work: selection, checks, bookkeeping)."""
+    total = dict.fromkeys(SECONDS, 0.0)
+    for m in (m for r in records.values() for m in assistant_messages(r)):
+        spent = m.get("spent")
+        if m.get("prefill_s") is not None:  # one model alone
+            role = "draft" if method == "draft" else "target"
+            total[f"{role} prefill"] += m["prefill_s"]
+            total["target decode + checks" if role == "target" else "draft decode"] += m["decode_s"]
+        elif spent and "draft_prefill_s" in spent:
+            total["draft prefill"] += spent["draft_prefill_s"]
+            total["draft decode"] += spent["draft_s"] - spent["draft_prefill_s"]
+            total["target prefill"] += spent["target_prefill_s"]
+            total["target decode + checks"] += spent["target_s"] - spent["target_prefill_s"]
+            total["rest"] += spent["verify_s"]
+        else:
+            return None
+    return total
+
+
 def call_seconds(m: dict[str, Any]) -> float:
     return float((m.get("timing") or {}).get("total_s") or m.get("time_s") or 0.0)
 
@@ -97,7 +123,7 @@ def summary(runs: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
                      "median_latency_s": statistics.median(r["latency_s"] for r in rs.values())
                      if rs else None, "same_trajectory": same, "model_calls": calls,
                      "later_calls": statistics.median(later) if later else None,
-                     "checks": checks(rs), "fed": fed(rs)})  # fmt: skip
+                     "checks": checks(rs), "fed": fed(rs), "seconds": seconds(m, rs)})  # fmt: skip
     return rows
 
 
@@ -114,6 +140,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                    f"| {r['model_calls']} | {_ratio(r['later_calls'])} |")  # fmt: skip
     out.append("\n`later calls × target`: per call after a task's first, where the trajectory "
                "is the target's, the median of the call's seconds over the target's.")  # fmt: skip
+    out.append("\nSeconds per model, summed over the compared tasks (`—`: records from before "
+               "the split was kept):\n")  # fmt: skip
+    out.append("| method | " + " | ".join(SECONDS) + " |")
+    out.append("|---|" + "---|" * len(SECONDS))
+    for r in rows:
+        cells = [f"{r['seconds'][k]:.0f}" if r["seconds"] else "—" for k in SECONDS]
+        out.append(f"| `{r['method']}` | " + " | ".join(cells) + " |")
     out.append(
         "\nChecks that sent a drafted message to the target (fired / the target then "
         "wrote something else), and tokens fed per model:\n"

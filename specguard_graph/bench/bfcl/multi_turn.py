@@ -31,7 +31,7 @@ SPLITS = {"bfcl-multi": "test", "bfcl-multi-dev": "dev"}
 MODEL_METHODS = ("target", "draft", "specguard", "specguard-lossless")
 # what a task record keeps of each message's response_metadata
 KEPT = ("source", "reason", "checked", "score", "draft_text", "time_s", "fed", "timing",
-        "prefill_s", "decode_s")  # fmt: skip
+        "spent", "prefill_s", "decode_s")  # fmt: skip
 
 
 def is_multi_turn(dataset: str | None) -> bool:

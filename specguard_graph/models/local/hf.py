@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,9 +68,7 @@ class LocalCausalLM:
         return cls(model, tokenizer, name=Path(path).expanduser().name)
 
     # ---- facts -----------------------------------------------------------------------------
-    has_logprobs = True
-    has_attentions = True
-    can_score = True
+    has_logprobs = has_attentions = can_score = True
 
     def vocab(self) -> dict[str, int]:
         return dict(self.tokenizer.get_vocab())
@@ -98,10 +97,9 @@ class LocalCausalLM:
 
     def piece(self, token: int) -> str:
         """One token's text, decoded once per model (the delimiter watch reads these)."""
-        text = self._pieces.get(token)
-        if text is None:
-            text = self._pieces[token] = str(self.tokenizer.decode([token]))
-        return text
+        if token not in self._pieces:
+            self._pieces[token] = str(self.tokenizer.decode([token]))
+        return self._pieces[token]
 
     # ---- prefix bookkeeping ---------------------------------------------------------------
     def new_prefix(self, prompt: str) -> PrefixCache:
@@ -149,7 +147,9 @@ class LocalCausalLM:
         new = self.reuse(pc, want)
         if new:
             x = torch.tensor([new], device=self.device)
+            t0 = time.perf_counter()
             self.model(input_ids=x, cache=pc.cache, use_cache=True, logits_to_keep=1)
+            pc.prefill_s += time.perf_counter() - t0
             pc.prefill_tokens += len(new)
             pc.cache_ids = list(want)
         if not pc.remembered:  # the prompt, for later runs
