@@ -98,8 +98,14 @@ def test_bench_records_keep_each_step_and_evidence_reads_them(tmp_path, model_ar
     for rec in records:
         assert len(rec["step_records"]) == rec["steps"]
         for s in rec["step_records"]:
-            assert set(s["spent"]) == {"draft_s", "verify_s", "target_s"}
-            assert abs(sum(s["spent"].values()) - s["time_s"]) < 1e-6
+            spent = s["spent"]
+            assert set(spent) == {"draft_s", "verify_s", "target_s", "draft_prefill_s",
+                                  "target_prefill_s"}  # fmt: skip
+            assert (
+                abs(spent["draft_s"] + spent["verify_s"] + spent["target_s"] - s["time_s"]) < 1e-6
+            )
+            assert 0 <= spent["draft_prefill_s"] <= spent["draft_s"]
+            assert 0 <= spent["target_prefill_s"] <= spent["target_s"]
             cands = s["candidate_signals"]
             assert len(cands) == 3 and all(c["vote"] is not None for c in cands)
             chosen = cands[s["selected"]]
