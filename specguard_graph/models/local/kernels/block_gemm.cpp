@@ -184,10 +184,12 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
               " bytes per panel, K=", K, " needs ", kLanes * block_row_bytes(fmt, K));
   const int64_t G = K / kGroup, blocks = K / l.block_weights;
   const int64_t use = isa < 0 ? best : isa;
-  const bool bytes = use == 2 && M >= kAmxMinRows;  // the AMX copy reads x as two byte planes
+  // the AMX copy from kAmxMinRows rows on (fewer: VNNI, which streams the bytes once); it reads
+  // x as two byte planes
+  const bool tiles = use == 2 && M >= kAmxMinRows;
   std::vector<int16_t> xq(M * K);
-  std::vector<int8_t> xhi(bytes ? M * K : 0);
-  std::vector<uint8_t> xlo(bytes ? M * K : 0);
+  std::vector<int8_t> xhi(tiles ? M * K : 0);
+  std::vector<uint8_t> xlo(tiles ? M * K : 0);
   std::vector<float> xd(M * G), xs(M * G);
   std::vector<int32_t> xh(2 * M * G);
   std::vector<Act> act(M);
@@ -195,7 +197,7 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       quantize_row(xp + m * K, K, &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G]);
-      for (int64_t k = 0; bytes && k < K; ++k) {  // x = 256 * hi + lo, exactly
+      for (int64_t k = 0; tiles && k < K; ++k) {  // x = 256 * hi + lo, exactly
         xhi[m * K + k] = (int8_t)(xq[m * K + k] >> 8);
         xlo[m * K + k] = (uint8_t)(xq[m * K + k] & 255);
       }
@@ -207,9 +209,9 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   float* yp = y.data_ptr<float>();
   const int64_t pb = w.size(1);
   at::parallel_for(0, P, 4, [&](int64_t p0, int64_t p1) {
-    if (use == 2)
+    if (tiles)
       amx::run_amx(fmt, wp, pb, blocks, act.data(), xhi.data(), xlo.data(), K, M, yp, N, p0, p1);
-    else if (use == 1)
+    else if (use >= 1)
       vnni::run(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
     else
       avx2::run(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
