@@ -11,6 +11,8 @@ speed drifts by several times between hours, and only ratios from one run mean a
     .venv/bin/python benchmarks/engine_speed.py --options int8 gguf --repeats 5  # + GGUF blocks
     .venv/bin/python benchmarks/engine_speed.py --torch-kernel --repeats 5  # + torch's int8 kernel
     .venv/bin/python benchmarks/engine_speed.py --options gguf --vnni  # + gguf without AMX
+    .venv/bin/python benchmarks/engine_speed.py --options gguf --plain-attention \
+        --prompt-tokens 3000  # an agent's prompt, + gguf on the plain attention copy
 
 The goal of issue 41: prefill >= 0.67x llama.cpp's tokens/s and decode <= 1.5x its ms/token;
 of issue 58 (the `gguf` format, the same blocks llama.cpp reads): prefill >= 1.0x, decode
@@ -31,6 +33,7 @@ from specguard_graph.machine import describe
 from specguard_graph.models.loading import OPTIONS, load_lm
 from specguard_graph.models.local import int8_kernel, numerics
 from specguard_graph.models.local.blocks.linear import kernel_copy
+from specguard_graph.models.local.capture import attention_copy
 from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.models.local.kv_cache import new_cache
 
@@ -64,6 +67,16 @@ def torch_timer(lm: LocalCausalLM, ids: list[int], decode: int) -> Callable[[], 
                 tok = out.logits[:, -1].argmax(-1, keepdim=True)
             t2 = time.perf_counter()
         return len(ids) / (t1 - t0), 1000 * (t2 - t1) / decode
+
+    return run
+
+
+def plain_attention(timer: Callable[[], tuple]) -> Callable[[], tuple]:
+    """`timer` with attention on the kernel's plain copy (the same bits, one row at a time)."""
+
+    def run() -> tuple[float, float]:
+        with attention_copy(0):
+            return timer()
 
     return run
 
@@ -110,10 +123,16 @@ def main() -> None:
         action="store_true",
         help="also time gguf on the kernel's AVX-512 VNNI copy (gguf-vnni), where AMX runs",
     )
+    ap.add_argument(
+        "--plain-attention",
+        action="store_true",
+        help="also time gguf with the attention kernel's plain copy (gguf-plain-attn)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     options = list(args.options) + (["int8-torch"] if args.torch_kernel else [])
     options += ["gguf-vnni"] if args.vnni else []
+    options += ["gguf-plain-attn"] if args.plain_attention else []
     print(
         f"{describe()}; int8 kernel: {numerics.kernel_name()}; {args.prompt_tokens}-token prompt "
         f"forward, then {args.decode_tokens} greedy tokens; timers interleaved, median of "
@@ -130,9 +149,11 @@ def main() -> None:
                 with kernel_copy(1):
                     lm = load_lm(role, **OPTIONS["gguf"])
             else:
-                lm = load_lm(role, **OPTIONS[opt])
+                lm = load_lm(role, **OPTIONS[opt.removesuffix("-plain-attn")])
             ids = prompt_ids(lm, args.prompt_tokens)
             timers[role, opt] = torch_timer(lm, ids, args.decode_tokens)
+            if opt == "gguf-plain-attn":
+                timers[role, opt] = plain_attention(timers[role, opt])
         timers[role, "llama.cpp"] = llama_timer(role, ids, args.decode_tokens, args.threads)
     times: dict[tuple[str, str], list[tuple]] = {key: [] for key in timers}
     for r in range(args.repeats + 1):

@@ -48,13 +48,13 @@ def test_causal_attention_and_its_weights_match_float64(d: int) -> None:
 
 @needs_kernel
 def test_a_row_is_the_same_bits_alone_in_a_block_in_a_batch_and_on_any_threads() -> None:
-    q, k, v = _qkv(3, 70, 128, seed=1)
+    q, k, v = _qkv(3, 150, 128, seed=1)  # rows go in blocks of 8, keys in chunks of 128
     out, _ = _fixed(q, k, v)
-    for i in (0, 1, 31, 69):  # decoded alone after its cache of i keys
+    for i in (0, 1, 31, 130, 149):  # decoded alone after its cache of i keys
         alone, _ = _fixed(q[:, :, i : i + 1], k[:, :, : i + 1], v[:, :, : i + 1])
         assert torch.equal(alone[:, 0], out[:, i]), i
-    chunk, _ = _fixed(q[:, :, 50:66], k[:, :, :66], v[:, :, :66])  # a verification chunk
-    assert torch.equal(chunk, out[:, 50:66])
+    chunk, _ = _fixed(q[:, :, 123:139], k[:, :, :139], v[:, :, :139])  # a verification chunk
+    assert torch.equal(chunk, out[:, 123:139])
     one, _ = _fixed(q[1:2], k[1:2], v[1:2])  # one of a batch
     assert torch.equal(one[0], out[1])
     threads = torch.get_num_threads()
@@ -96,11 +96,48 @@ def test_bad_arguments_are_named() -> None:
     q, k, v = _qkv(1, 4, 64)
     mask = torch.ones(1, 4, 4, dtype=torch.bool)
     with pytest.raises(RuntimeError, match="float32"):
-        kernel.attention(q.double(), k, v, mask, 0.1, False)
+        kernel.attention(q.double(), k, v, mask, 0.1, False, -1)
     with pytest.raises(RuntimeError, match="mask"):
-        kernel.attention(q, k, v, mask[:, :, :3], 0.1, False)
+        kernel.attention(q, k, v, mask[:, :, :3], 0.1, False, -1)
     with pytest.raises(RuntimeError, match="multiple of kv heads"):
-        kernel.attention(q[:, :5], k, v, mask, 0.1, False)
+        kernel.attention(q[:, :5], k, v, mask, 0.1, False, -1)
+    with pytest.raises(RuntimeError, match="copy=3 is not run here"):
+        kernel.attention(q, k, v, mask, 0.1, False, 3)
+
+
+# (batch, heads, kv heads, rows, keys, head size): the models' shapes (d = 128 with 6 heads per
+# kv head, d = 64 with 7), single rows after long caches (decode), row blocks cut short, key
+# chunks crossed, and sizes off the vector width (scalar tails)
+SHAPES = [
+    (1, 12, 2, 1, 300, 128),
+    (2, 12, 2, 45, 45, 128),
+    (1, 14, 2, 70, 70, 64),
+    (1, 14, 2, 3, 300, 64),
+    (2, 6, 2, 33, 50, 20),
+    (1, 7, 1, 17, 17, 8),
+    (1, 4, 4, 9, 21, 7),
+    (1, 5, 1, 13, 140, 128),
+    (1, 8, 2, 19, 264, 24),
+]
+
+
+@needs_kernel
+def test_the_fast_copies_compute_the_plain_copys_bits() -> None:
+    """Row blocks, key chunks and wide registers change how fast, never what: a machine with
+    AVX-512 and one without give every row the same bits as the plain reference."""
+    copies = [1, 2] if kernel.block_isa() >= 1 else [1]  # 2: AVX-512, where this process has it
+    g = torch.Generator().manual_seed(7)
+    for b, h, kvh, n, kv, d in SHAPES:
+        q = torch.randn(b, h, n, d, generator=g) * 2
+        k, v = torch.randn(b, kvh, kv, d, generator=g), torch.randn(b, kvh, kv, d, generator=g)
+        causal = torch.empty(0, dtype=torch.bool)
+        masked = torch.rand(b, n, kv, generator=g) > 0.3
+        for mask in (causal, masked):
+            plain = kernel.attention(q, k, v, mask, d**-0.5, True, 0)
+            for c in copies:
+                fast = kernel.attention(q, k, v, mask, d**-0.5, True, c)
+                assert torch.equal(plain[0], fast[0]), (c, n, kv, d)
+                assert torch.equal(plain[1], fast[1]), (c, n, kv, d)
 
 
 def _kv(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,3 +183,18 @@ def test_a_model_decodes_the_same_logits_on_the_growing_cache() -> None:
                 tok = out[-1].argmax().view(1, 1)
         logits[name] = torch.stack(out)
     assert torch.equal(logits["grow"], logits["dyn"])
+
+
+@needs_kernel
+def test_a_model_gives_the_same_logits_on_every_attention_copy() -> None:
+    lm = tiny_lm(layers=2, hidden=64, heads=4, seed=1)
+    ids = torch.tensor([lm.encode("Two plus two is four. Three plus three is six, and")])
+    copies = [0, 1, 2] if kernel.block_isa() >= 1 else [0, 1]
+    logits = []
+    for c in copies:
+        with capture.attention_copy(c), torch.inference_mode():
+            logits.append(lm.model(input_ids=ids, cache=new_cache(lm.model.config)).logits)
+    assert all(torch.equal(logits[0], other) for other in logits[1:])
+    with pytest.raises(ValueError, match="copy must be"):
+        with capture.attention_copy(5):
+            pass

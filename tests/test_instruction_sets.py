@@ -24,6 +24,7 @@ EXACT = [
     "tests/test_numerics.py",
     "tests/test_lookup.py",
     "tests/test_blocks.py::test_a_row_is_the_same_bits_alone_in_any_batch_at_any_thread_count",
+    "tests/test_attention_kernel.py::test_a_row_is_the_same_bits_alone_in_a_block_in_a_batch_and_on_any_threads",
     "tests/test_verify.py",
     "tests/test_real_pair.py::test_real_draft_signals_equal_a_scoring_forward",
     "tests/test_real_pair.py::test_token_level_sd_reproduces_the_target_exactly",

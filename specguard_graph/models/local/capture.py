@@ -70,6 +70,23 @@ def capture_attention(layers: frozenset[int]) -> Iterator[AttentionCapture]:
         _ACTIVE.reset(token)
 
 
+_COPY: contextvars.ContextVar[int] = contextvars.ContextVar("specguard_attention_copy", default=-1)
+
+
+@contextmanager
+def attention_copy(copy: int) -> Iterator[None]:
+    """Run the fixed-order kernel's `copy` inside the block (0 plain, 1 AVX2, 2 AVX-512; -1 the
+    best: `kernels/attention.cpp`). The copies give the same bits, so only a benchmark timing
+    them, or a test comparing them, has a reason to choose."""
+    if copy not in (-1, 0, 1, 2):
+        raise ValueError(f"copy must be -1, 0, 1 or 2, got {copy!r}")
+    token = _COPY.set(copy)
+    try:
+        yield
+    finally:
+        _COPY.reset(token)
+
+
 def _weights(  # for SDPA's devices, which do not return them
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -171,7 +188,7 @@ def _attention_fixed(
         mask = _mask(attention_mask, q_len, kv_len, query.device)
         mask = mask.expand(mask.shape[0], 1, q_len, kv_len)[:, 0]
     scale = scaling if scaling is not None else dim**-0.5
-    res = kernel.attention(query, key, value, mask, scale, want_weights)
+    res = kernel.attention(query, key, value, mask, scale, want_weights, _COPY.get())
     return res[0], (res[1] if want_weights else None)
 
 

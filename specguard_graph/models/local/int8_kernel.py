@@ -39,8 +39,9 @@ SOURCES = tuple(
     Path(__file__).with_name("kernels") / f
     for f in ("int8_gemm.cpp", "attention.cpp", "block_gemm.cpp")
 )
-INCLUDES = tuple(  # read by block_gemm.cpp
-    Path(__file__).with_name("kernels") / f for f in ("block_panels.inc", "block_amx.inc")
+INCLUDES = tuple(  # read by block_gemm.cpp and attention.cpp
+    Path(__file__).with_name("kernels") / f
+    for f in ("block_panels.inc", "block_amx.inc", "attention_plain.inc", "attention_row.inc")
 )
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple

@@ -13,53 +13,36 @@
 // Masked keys are skipped, never added as zeros, so a row's sums hold exactly the same terms
 // in the same order whether the call carries 1 key or 4,000, 1 row or 400. What the calls'
 // shapes choose is only which rows one thread computes.
+//
+// Three copies compute it. The plain copy (attention_plain.inc) takes one row at a time and one
+// sum after another: it is the reference. The fast copies (attention_row.inc, for AVX2 and for
+// AVX-512) perform every operation above on the same operands in the same order; they only run
+// more of the independent sums side by side (eight scores at a time, their lane trees added
+// vertically; output sums 16 lanes wide on AVX-512) and take blocks of rows through the keys
+// together, a chunk of keys at a time, so keys and values are read once per block. `copy` picks
+// one: -1 the best this process runs (AVX-512 where `block_isa` allows it, so
+// ATEN_CPU_CAPABILITY=avx2 holds it to AVX2), 0 plain, 1 AVX2, 2 AVX-512. Tests compare them bit
+// for bit (tests/test_attention_kernel.py).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
-namespace {
+int64_t block_isa();  // block_gemm.cpp: 0 AVX2, 1 AVX-512 VNNI, 2 AMX
+
+constexpr int64_t kMaxGroups = 64;  // query heads per key/value head
+constexpr int64_t kRowBlock = 8;    // query rows that go through the keys together
+constexpr int64_t kKeyChunk = 128;  // keys (and values) a row block reads at a time: 64 KB at d = 128
+
+namespace attn {  // used by every copy below
 
 inline float hsum8(__m256 v) {  // one fixed tree: (0+4, 1+5, 2+6, 3+7), then pairs
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
-
-// G dot products q_g . k, each in the one fixed pattern (8 lanes over d, then hsum8, then a
-// scalar tail), side by side: G independent chains, so G does not change any one sum.
-template <int G>
-inline void dots(const float* q, int64_t q_stride, const float* k, int64_t d, float scale,
-                 float* s, int64_t s_stride) {
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= d; i += 8) {
-    const __m256 kv = _mm256_loadu_ps(k + i);
-    for (int g = 0; g < G; ++g) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * q_stride + i), kv, acc[g]);
-  }
-  for (int g = 0; g < G; ++g) {
-    float x = hsum8(acc[g]);
-    for (int64_t t = i; t < d; ++t) x = std::fma(q[g * q_stride + t], k[t], x);
-    s[g * s_stride] = scale * x;
-  }
-}
-
-// o[0:8C] = sum over the allowed keys j, in key order, of e[j] * v[j, 0:8C]: one FMA chain per
-// output element, held in registers.
-template <int C, typename Allowed>
-inline void weighted_sum(const float* e, const float* v, int64_t kv_len, int64_t d,
-                         Allowed allowed, float* o) {
-  __m256 acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < kv_len; ++j) {
-    if (!allowed(j)) continue;
-    const __m256 ev = _mm256_set1_ps(e[j]);
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(ev, _mm256_loadu_ps(v + j * d + 8 * c), acc[c]);
-  }
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
 }
 
 // exp(x) for 8 floats (Cephes' expf polynomial, ~1 ulp): a function of each element alone, so
@@ -83,62 +66,41 @@ inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-// One query row of every head in one key/value group: the group's keys are read once per four
-// heads. `s` holds the row's scores, then their exponentials, `kv_len` rounded up to whole
-// vectors.
-void group_row(const float* q, int64_t groups, int64_t q_stride, const float* k, const float* v,
-               int64_t kv_len, int64_t d, const bool* mask, int64_t last, float scale, float* out,
-               int64_t out_stride, float* weights, int64_t w_stride, std::vector<float>& s) {
-  const int64_t width = (kv_len + 7) / 8 * 8;
-  s.assign(groups * width, -INFINITY);  // masked keys stay -inf: exp gives 0, never summed
-  auto allowed = [&](int64_t j) { return mask == nullptr ? j <= last : mask[j]; };
-  for (int64_t j = 0; j < kv_len; ++j) {
-    if (!allowed(j)) continue;
-    for (int64_t g = 0; g < groups; g += 4) {
-      const float* qg = q + g * q_stride;
-      float* sg = s.data() + g * width + j;
-      switch (std::min<int64_t>(4, groups - g)) {
-        case 4: dots<4>(qg, q_stride, k + j * d, d, scale, sg, width); break;
-        case 3: dots<3>(qg, q_stride, k + j * d, d, scale, sg, width); break;
-        case 2: dots<2>(qg, q_stride, k + j * d, d, scale, sg, width); break;
-        default: dots<1>(qg, q_stride, k + j * d, d, scale, sg, width); break;
-      }
-    }
-  }
-  for (int64_t g = 0; g < groups; ++g) {
-    float* sg = s.data() + g * width;
-    float m = -INFINITY;  // the max is exact whatever the order
-    for (int64_t j = 0; j < kv_len; ++j) m = std::max(m, sg[j]);
-    const __m256 mv = _mm256_set1_ps(m);
-    for (int64_t j = 0; j < width; j += 8)
-      _mm256_storeu_ps(sg + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + j), mv)));
-    float z = 0.0f;  // in key order
-    for (int64_t j = 0; j < kv_len; ++j)
-      if (allowed(j)) z += sg[j];
-    float* o = out + g * out_stride;
-    int64_t i = 0;
-    for (; i + 64 <= d; i += 64) weighted_sum<8>(sg, v + i, kv_len, d, allowed, o + i);
-    for (; i + 8 <= d; i += 8) weighted_sum<1>(sg, v + i, kv_len, d, allowed, o + i);
-    for (; i < d; ++i) {  // the scalar tail: the same chain per element
-      float x = 0.0f;
-      for (int64_t j = 0; j < kv_len; ++j)
-        if (allowed(j)) x = std::fma(sg[j], v[j * d + i], x);
-      o[i] = x;
-    }
-    for (i = 0; i < d; ++i) o[i] /= z;
-    if (weights == nullptr) continue;
-    float* w = weights + g * w_stride;
-    for (int64_t j = 0; j < kv_len; ++j) w[j] = allowed(j) ? sg[j] / z : 0.0f;
-  }
-}
+}  // namespace attn
 
-}  // namespace
+namespace attn_plain {
+using attn::exp8, attn::hsum8;
+#include "attention_plain.inc"
+}  // namespace attn_plain
+
+namespace attn_avx2 {
+using attn::exp8, attn::hsum8;
+#define SPECGUARD_ZMM 0
+#include "attention_row.inc"
+#undef SPECGUARD_ZMM
+}  // namespace attn_avx2
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+namespace attn_avx512 {
+using attn::exp8, attn::hsum8;
+#define SPECGUARD_ZMM 1
+#include "attention_row.inc"
+#undef SPECGUARD_ZMM
+}  // namespace attn_avx512
+#pragma GCC pop_options
 
 // query [b, heads, q, d], key/value [b, kv_heads, kv, d] float32; mask [1 or b, q, kv] bool
 // (true = attend), or empty for causal: query row i is the (kv - q + i)-th position. Returns the output as [b, q, heads, d] (the layout the model reads next)
 // and, when asked, the weights [b, heads, q, kv] (zero where masked).
 std::vector<torch::Tensor> attention(torch::Tensor query, torch::Tensor key, torch::Tensor value,
-                                     torch::Tensor mask, double scale, bool want_weights) {
+                                     torch::Tensor mask, double scale, bool want_weights,
+                                     int64_t copy) {
+  static const int64_t best = block_isa() >= 1 ? 2 : 1;
+  TORCH_CHECK(copy <= best, "attention: copy=", copy, " is not run here (best: ", best, ")");
+  const int64_t use = copy < 0 ? best : copy;
+  const auto row = use == 2 ? attn_avx512::group_rows
+                 : use == 1 ? attn_avx2::group_rows : attn_plain::group_rows;
   TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4, "attention: 4-d tensors");
   TORCH_CHECK(query.scalar_type() == torch::kFloat && key.scalar_type() == torch::kFloat &&
                   value.scalar_type() == torch::kFloat, "attention: float32 tensors");
@@ -155,6 +117,7 @@ std::vector<torch::Tensor> attention(torch::Tensor query, torch::Tensor key, tor
               "attention: the mask must be [1 or b, q, kv]");
   TORCH_CHECK(!causal || q_len <= kv_len, "attention: a causal call needs q <= kv");
   const int64_t groups = heads / kv_heads;
+  TORCH_CHECK(groups <= kMaxGroups, "attention: at most ", kMaxGroups, " heads per kv head");
   // keys and values may be views of a cache with room to grow: rows of d floats, any batch
   // and head strides (kv_cache.py); anything else is copied once
   auto rows = [d](const torch::Tensor& t) {
@@ -173,19 +136,20 @@ std::vector<torch::Tensor> attention(torch::Tensor query, torch::Tensor key, tor
   float* wp = want_weights ? weights.data_ptr<float>() : nullptr;
   const float sc = static_cast<float>(scale);
   const int64_t mb = causal ? 1 : mask.size(0);
-  at::parallel_for(0, b * kv_heads * q_len, 1, [&](int64_t lo, int64_t hi) {
+  const int64_t blocks = (q_len + kRowBlock - 1) / kRowBlock;
+  at::parallel_for(0, b * kv_heads * blocks, 1, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> s;
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t i = t % q_len, h = (t / q_len) % kv_heads, bi = t / (q_len * kv_heads);
-      const int64_t h0 = h * groups;  // first query head of this group
+      const int64_t i = t % blocks * kRowBlock, h = (t / blocks) % kv_heads, bi = t / (blocks * kv_heads);
+      const int64_t rows = std::min(kRowBlock, q_len - i), h0 = h * groups;  // h0: the group's first head
       const float* qr = qp + ((bi * heads + h0) * q_len + i) * d;
       const float* kr = kp + bi * k.stride(0) + h * k.stride(1);
       const float* vr = vp + bi * v.stride(0) + h * v.stride(1);
       const bool* mrow = causal ? nullptr : mp + ((mb == 1 ? 0 : bi) * q_len + i) * kv_len;
       float* orow = op + ((bi * q_len + i) * heads + h0) * d;
       float* wrow = wp == nullptr ? nullptr : wp + ((bi * heads + h0) * q_len + i) * kv_len;
-      group_row(qr, groups, q_len * d, kr, vr, kv_len, d, mrow, kv_len - q_len + i, sc, orow, d, wrow,
-                q_len * kv_len, s);
+      row(rows, qr, d, q_len * d, groups, kr, vr, kv_len, d, mrow, kv_len - q_len + i, sc, orow,
+          heads * d, d, wrow, kv_len, q_len * kv_len, s);
     }
   });
   return want_weights ? std::vector<torch::Tensor>{out, weights} : std::vector<torch::Tensor>{out};
