@@ -179,6 +179,10 @@ def test_the_report_splits_each_models_seconds_into_prefill_and_the_rest():
         "target decode + checks": 1.0, "rest": 0.5}  # fmt: skip
     old = _record("t1", True, 1.0, [_msg("a", "plain", 1.0)], 1)  # before the split was kept
     assert multi_report.seconds("target", {"t1": old}) is None
+    rows = multi_report.summary({"target": {"t1": plain}, "lossless": {"t1": ours}})
+    assert multi_report.prefill_floor(rows) == pytest.approx(2 / 3)  # 2 s of the target's 3
+    assert "its time is at least 0.67× the target's" in multi_report.markdown(rows)
+    assert multi_report.prefill_floor(multi_report.summary({"target": {"t1": old}})) is None
 
 
 def test_the_bench_refuses_a_method_an_agent_cannot_run_before_loading_models(tmp_path):

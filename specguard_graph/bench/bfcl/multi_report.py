@@ -91,6 +91,17 @@ def seconds(method: str, records: dict[str, dict[str, Any]]) -> dict[str, float]
     return total
 
 
+def prefill_floor(rows: list[dict[str, Any]]) -> float | None:
+    """The target's prefill share of its own time. A lossless method's target prefills the same
+    tokens (the trajectory is the target's), so on these tasks its time cannot fall below this
+    fraction of the target's, whatever its draft saves on decoding, unless the prefill itself
+    gets cheaper."""
+    target = next((r for r in rows if r["method"] == "target"), None)
+    spent = target["seconds"] if target else None
+    total = sum(spent.values()) if spent else 0.0
+    return spent["target prefill"] / total if spent and total > 0 else None
+
+
 def call_seconds(m: dict[str, Any]) -> float:
     return float((m.get("timing") or {}).get("total_s") or m.get("time_s") or 0.0)
 
@@ -147,6 +158,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         cells = [f"{r['seconds'][k]:.0f}" if r["seconds"] else "—" for k in SECONDS]
         out.append(f"| `{r['method']}` | " + " | ".join(cells) + " |")
+    floor = prefill_floor(rows)
+    if floor is not None:
+        out.append(f"\nThe target spends {100 * floor:.0f} % of its time prefilling; a lossless "
+                   f"method's target prefills the same tokens, so its time is at least "
+                   f"{floor:.2f}× the target's before anything its draft costs.")  # fmt: skip
     out.append(
         "\nChecks that sent a drafted message to the target (fired / the target then "
         "wrote something else), and tokens fed per model:\n"
