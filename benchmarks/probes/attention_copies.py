@@ -13,13 +13,12 @@ median of `--repeats`, and the outputs are checked to be equal.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+from functools import partial
 
 import torch
+from copies import load_kernel, median_ms
 
 from specguard_graph.machine import describe
-from specguard_graph.models.local import int8_kernel
 
 NAMES = ("plain", "AVX2", "AVX-512")
 MODELS = (("target", 12, 128), ("draft", 14, 64))  # query heads (2 kv heads), head size
@@ -31,10 +30,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    kernel = int8_kernel.load()
-    if kernel is None:
-        raise SystemExit("the project's CPU kernel is not built here")
+    kernel = load_kernel(args.threads)
     copies = range(3 if kernel.block_isa() >= 1 else 2)
     n = args.context
     shapes = ((f"prefill {n}", n, n), (f"catch-up 64 @ {n}", 64, n + 64),
@@ -49,18 +45,9 @@ def main() -> None:
         for what, rows, keys in shapes:
             q = torch.randn(1, heads, rows, d, generator=g)
             k, v = torch.randn(1, 2, keys, d, generator=g), torch.randn(1, 2, keys, d, generator=g)
-            outs = [kernel.attention(q, k, v, none, d**-0.5, False, c)[0] for c in copies]
-            if not all(torch.equal(outs[0], o) for o in outs):
-                raise SystemExit(f"{model} {what}: the copies differ")
             calls = max(1, 200 // rows)  # small calls repeated, so a timer sees milliseconds
-            times: dict[int, list[float]] = {c: [] for c in copies}
-            for _ in range(args.repeats):
-                for c in copies:
-                    t0 = time.perf_counter()
-                    for _ in range(calls):
-                        kernel.attention(q, k, v, none, d**-0.5, False, c)
-                    times[c].append(1000 * (time.perf_counter() - t0) / calls)
-            med = [statistics.median(times[c]) for c in copies]
+            attend = partial(kernel.attention, q, k, v, none, d**-0.5, False)  # attend(copy)
+            med = median_ms(attend, copies, args.repeats, f"{model} {what}", calls)
             cells = " | ".join(f"{m:.2f}" for m in med)
             print(f"| {model} | {what} | {cells} | {med[0] / med[-1]:.2f} |", flush=True)
 

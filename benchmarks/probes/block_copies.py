@@ -12,18 +12,15 @@ interleaved, median of `--repeats`, and the outputs are checked to be equal.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # random_blocks
+from copies import load_kernel, median_ms
 from test_blocks import activations, random_blocks
 
 from specguard_graph.machine import describe
-from specguard_graph.models.local import int8_kernel
 from specguard_graph.models.local.blocks import FORMATS, BlockLinear
 
 NAMES = ("AVX2", "VNNI", "AMX")
@@ -36,10 +33,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    kernel = int8_kernel.load()
-    if kernel is None:
-        raise SystemExit("the project's CPU kernel is not built here")
+    kernel = load_kernel(args.threads)
     copies = range(kernel.block_isa() + 1)
     print(f"{describe()}; block kernel copies: {', '.join(NAMES[c] for c in copies)}; "
           f"ms per call, median of {args.repeats}\n")  # fmt: skip
@@ -49,16 +43,9 @@ def main() -> None:
         layer = BlockLinear(random_blocks(fmt, n, k), fmt, k)
         for rows in args.rows:
             x = activations(rows, k)
-            outs = [kernel.block_mm(x, layer.panels, fmt, n, c) for c in copies]  # warm-up
-            if not all(torch.equal(outs[0], o) for o in outs):
-                raise SystemExit(f"{FORMATS[fmt]} at {rows} rows: the copies differ")
-            times: dict[int, list[float]] = {c: [] for c in copies}
-            for _ in range(args.repeats):
-                for c in copies:
-                    t0 = time.perf_counter()
-                    kernel.block_mm(x, layer.panels, fmt, n, c)
-                    times[c].append(1000 * (time.perf_counter() - t0))
-            cells = " | ".join(f"{statistics.median(times[c]):.2f}" for c in copies)
+            mm = partial(kernel.block_mm, x, layer.panels, fmt, n)  # mm(copy)
+            med = median_ms(mm, copies, args.repeats, f"{FORMATS[fmt]} at {rows} rows")
+            cells = " | ".join(f"{m:.2f}" for m in med)
             print(f"| {what} {n}×{k} | {FORMATS[fmt]} | {rows} | {cells} |", flush=True)
 
 

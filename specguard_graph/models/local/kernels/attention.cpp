@@ -141,14 +141,14 @@ std::vector<torch::Tensor> attention(torch::Tensor query, torch::Tensor key, tor
     thread_local std::vector<float> s;
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t i = t % blocks * kRowBlock, h = (t / blocks) % kv_heads, bi = t / (blocks * kv_heads);
-      const int64_t rows = std::min(kRowBlock, q_len - i), h0 = h * groups;  // h0: the group's first head
+      const int64_t n_rows = std::min(kRowBlock, q_len - i), h0 = h * groups;  // h0: the group's first head
       const float* qr = qp + ((bi * heads + h0) * q_len + i) * d;
       const float* kr = kp + bi * k.stride(0) + h * k.stride(1);
       const float* vr = vp + bi * v.stride(0) + h * v.stride(1);
       const bool* mrow = causal ? nullptr : mp + ((mb == 1 ? 0 : bi) * q_len + i) * kv_len;
       float* orow = op + ((bi * q_len + i) * heads + h0) * d;
       float* wrow = wp == nullptr ? nullptr : wp + ((bi * heads + h0) * q_len + i) * kv_len;
-      row(rows, qr, d, q_len * d, groups, kr, vr, kv_len, d, mrow, kv_len - q_len + i, sc, orow,
+      row(n_rows, qr, d, q_len * d, groups, kr, vr, kv_len, d, mrow, kv_len - q_len + i, sc, orow,
           heads * d, d, wrow, kv_len, q_len * kv_len, s);
     }
   });
