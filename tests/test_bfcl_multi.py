@@ -109,6 +109,8 @@ def test_a_model_that_keeps_calling_is_stopped_at_bfcls_step_limit(gold):
 def test_method_names_are_checked_before_models_run(tiny):
     with pytest.raises(ConfigError):
         mt.solvers(["sd-verify"], tiny.draft, tiny.target)
+    with pytest.raises(ConfigError, match="row-invariant"):  # float32: lookup would not be exact
+        mt.solvers(["target-lookup"], tiny.draft, tiny.target)
     assert set(mt.solvers(["target", "draft", "specguard-lossless", "specguard@tau=0.4"],
                           tiny.draft, tiny.target)) == {"target", "draft", "specguard-lossless",
                                                         "specguard@tau=0.4"}  # fmt: skip

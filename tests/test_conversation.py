@@ -120,6 +120,35 @@ def test_the_plain_chat_model_writes_alone_and_its_next_call_reuses_the_conversa
     assert second["prefill"] < meta["fed"]["prefill"]
 
 
+def test_the_plain_chat_model_through_prompt_lookup_writes_the_same_messages_in_fewer_forwards():
+    import copy
+
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from specguard_graph import PlainChatModel
+    from specguard_graph.models.local import numerics
+    from specguard_graph.models.local.hf import LocalCausalLM
+    from specguard_graph.testing import tiny_lm
+
+    base = tiny_lm(layers=4, hidden=128, heads=4, seed=2, init_range=0.3)  # varied greedy text
+    lm = LocalCausalLM(numerics.apply(copy.deepcopy(base.model), "int8", "cpu"), base.tokenizer)
+    call = {"name": "multiply", "args": {"a": 17, "b": 23}, "id": "c1"}
+    convos = [[HumanMessage("What is 17 * 23?")],
+              [HumanMessage("What is 17 * 23?"), AIMessage("", tool_calls=[call]),
+               ToolMessage("391.0", tool_call_id="c1", name="multiply")]]  # fmt: skip
+    plain = PlainChatModel(lm=lm, max_tokens=40).bind_tools([TOOL])
+    looked = PlainChatModel(lm=lm, max_tokens=40, lookup=True).bind_tools([TOOL])
+    for convo in convos:
+        want, got = plain.invoke(convo), looked.invoke(convo)
+        assert (got.content, got.tool_calls) == (want.content, want.tool_calls)
+        fed = got.response_metadata["fed"]
+        assert fed["decode"] == want.response_metadata["fed"]["decode"] == 40  # the whole budget
+        assert fed["forwards"] < fed["decode"]  # some proposals taken: fewer forwards than tokens
+        assert "forwards" not in want.response_metadata["fed"]
+    with pytest.raises(ConfigError, match="row-invariant"):
+        PlainChatModel(lm=base, lookup=True)  # float32: a checked chunk rounds differently
+
+
 def test_a_call_written_as_text_that_the_parser_cannot_read_goes_to_the_target():
     from specguard_graph.agents.conversation import UNREAD_CALL
 

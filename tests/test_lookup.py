@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from specguard_graph.evidence.value import continuation, lookup_is_exact
+from specguard_graph.evidence.value import continuation
 from specguard_graph.models.local import lookup, numerics
 from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.steps import NEVER, ReasoningSteps
@@ -52,7 +52,7 @@ def test_lookup_gives_the_plain_greedy_tokens_whatever_it_proposes(base, fmt, bu
 
 def test_a_value_continuation_reads_the_same_text_with_and_without_lookup(base):
     lm = formatted(base, "int8")
-    assert lookup_is_exact(lm) and not lookup_is_exact(base)
+    assert lookup.is_exact(lm) and not lookup.is_exact(base)
     prompt = SPEC.render_prompt("What is 2 + 3?", lm.tokenizer)
     index = lookup.NgramIndex()
     for prefix in ("", "First, 2 + 3 = 5.\n\n", "First, 2 + 3 = 5.\n\nSo"):

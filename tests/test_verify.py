@@ -165,6 +165,11 @@ def test_the_projects_own_sd_writes_the_targets_text(tiny, base):
         want, got = make("target")(question), make("sd-verify")(question)
         assert (got["text"], got["tokens"]) == (want["text"], want["tokens"])
         assert got["verified"]["proposed"] > 0
+        looked = make("target-lookup")(question)  # the target alone, prompt-lookup proposals
+        assert (looked["text"], looked["tokens"]) == (want["text"], want["tokens"])
+        assert looked["forwards"] <= looked["tokens"] and "forwards" not in want
+    with pytest.raises(ConfigError, match="row-invariant"):
+        methods.make("target-lookup", tiny.draft, tiny.target, None, SpecGuardConfig(), 48)
     other = tiny_lm(layers=2, hidden=64, heads=4, seed=9)
     other.tokenizer = copy.copy(other.tokenizer)
     other.vocab = lambda: {"only": 0}  # a draft whose tokens are not the target's

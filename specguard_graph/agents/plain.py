@@ -4,6 +4,13 @@ store, so that only who writes the message differs.
 
 Each message is one greedy decode to the end of the turn; the prompt is the model's own chat
 template (`ChatSteps.render_prompt`), and its calls are parsed as SpecGuard's are.
+
+`lookup=True` writes the same message in fewer forwards: the next few tokens are proposed from
+an n-gram match in the conversation so far (prompt-lookup decoding, `models/local/lookup.py`)
+and checked in one forward. An agent's calls repeat the tool names, argument names and values
+its prompt already holds, and no draft has to prefill the conversation, which is most of an
+agent's cost. Exact only where a token scores the same inside a chunk as fed alone (the
+row-invariant formats), so other models refuse it.
 """
 
 from __future__ import annotations
@@ -17,17 +24,26 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from ..errors import ConfigError
-from ..steps import NEVER
+from ..models.local import lookup
 from .chat_model import SPEC, ToolChatModel
 from .messages import finish_reason, to_ai_message
 
 
 class PlainChatModel(ToolChatModel):
     """`lm` (a `LocalCausalLM`) writes every message itself, greedily; `response_metadata`
-    says what it fed (`fed`) and how long the prefill and the decode took."""
+    says what it fed (`fed`) and how long the prefill and the decode took. `lookup`: the same
+    message through prompt-lookup proposals (module doc)."""
 
     lm: Any
     max_tokens: int = 256
+    lookup: bool = False
+
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)  # then checked outside pydantic: the error stays a ConfigError
+        if self.lookup and not lookup.is_exact(self.lm):
+            raise ConfigError("lookup=True needs a local model on a row-invariant format "
+                              "(quantize='int8' or 'gguf'): elsewhere a checked chunk rounds "
+                              "differently from plain decoding")  # fmt: skip
 
     @property
     def _llm_type(self) -> str:
@@ -51,12 +67,13 @@ class PlainChatModel(ToolChatModel):
         with self.lm.lock:  # the prefill on its own clock (`sample` then feeds nothing more)
             self.lm.catch_up(pc)
         t1 = time.perf_counter()
-        s = self.lm.sample(pc, n=1, delimiter=NEVER, max_new_tokens=self.max_tokens,
-                           temperature=0.0, fork=False)  # fmt: skip
-        cand = s.candidates[0]
+        cand, forwards = lookup.greedy_candidate(self.lm, pc, max_new_tokens=self.max_tokens,
+                                                 lookup=self.lookup)  # fmt: skip
         parsed = SPEC.parse(question, cand.text)
         fed = {"prefill": pc.prefill_tokens, "decode": pc.decode_tokens,
                "reused": pc.reused_tokens}  # fmt: skip
+        if forwards is not None:
+            fed["forwards"] = forwards
         meta = {"model_name": getattr(self.lm, "name", "local"), "source": "plain",
                 "finish_reason": finish_reason(parsed, cand.ended), "fed": fed,
                 "time_s": time.perf_counter() - t0, "prefill_s": t1 - t0,

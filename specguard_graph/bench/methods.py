@@ -50,7 +50,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "target-program": {"k": 1, "temperature": 0.0, "tau": 0.0},
     "draft-program": {"k": 1, "temperature": 0.0, "tau": 0.0},
 }
-PLAIN = ("target", "draft", "sd", "sd-verify", "rsd", "llamacpp-target")
+PLAIN = ("target", "draft", "target-lookup", "sd", "sd-verify", "rsd", "llamacpp-target")
 METHODS = (*PLAIN, *ABLATIONS)
 
 
@@ -84,19 +84,21 @@ def with_tau(name: str, tau: float) -> str:
     return f"{name}{'+' if '@' in name else '@'}tau={tau:g}"
 
 
-def plain(lm: LocalCausalLM, max_tokens: int, spec: StepSpec = SPEC) -> Solve:
+def plain(lm: LocalCausalLM, max_tokens: int, spec: StepSpec = SPEC, lookup: bool = False) -> Solve:
+    """`lm` alone, greedy; `lookup`: the same tokens through prompt-lookup proposals."""
+    from ..models.local import lookup as lk
+
+    if lookup and not lk.is_exact(lm):
+        raise ConfigError("target-lookup needs a local target on a row-invariant format "
+                          "(--quantize int8 or gguf)")  # fmt: skip
+
     def solve(question: str) -> dict[str, Any]:
         pc = lm.new_prefix(spec.render_prompt(question, lm.tokenizer))
         t0 = time.perf_counter()
-        s = lm.sample(pc, n=1, delimiter=NEVER, max_new_tokens=max_tokens, temperature=0.0,
-                      fork=False)  # fmt: skip
-        text = s.candidates[0].text
-        return {
-            "text": text,
-            "answer": spec.extract_answer(text),
-            "latency_s": time.perf_counter() - t0,
-            "tokens": s.candidates[0].n_tokens,
-        }
+        cand, forwards = lk.greedy_candidate(lm, pc, max_new_tokens=max_tokens, lookup=lookup)
+        return {"text": cand.text, "answer": spec.extract_answer(cand.text),
+                "latency_s": time.perf_counter() - t0, "tokens": cand.n_tokens,
+                **({"forwards": forwards} if lookup else {})}  # fmt: skip
 
     return solve
 
@@ -201,6 +203,8 @@ def make(name: str, draft, target, embedder, base: SpecGuardConfig, max_tokens: 
         return plain(target, max_tokens, spec)
     if name == "draft":
         return plain(draft, max_tokens, spec)
+    if name == "target-lookup":
+        return plain(target, max_tokens, spec, lookup=True)
     if name == "llamacpp-target":  # llama.cpp's plain target on the same GGUF
         from .llamacpp_target import served
 

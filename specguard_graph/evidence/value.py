@@ -22,11 +22,9 @@ from typing import Any
 
 from ..bench.grade import grade
 from ..models.base import PrefixCache
-from ..models.local import lookup, numerics
-from ..models.local.decoding import cut_step
-from ..models.local.hf import LocalCausalLM
+from ..models.local import lookup
 from ..models.local.lookup import NgramIndex
-from ..steps import NEVER, ReasoningSteps, separator
+from ..steps import ReasoningSteps, separator
 from . import records
 
 FILE = "value_labels.jsonl"
@@ -45,16 +43,9 @@ def continuation_reaches(target: Any, prompt: str, prefix: str, gold: str, budge
 def continuation(target: Any, pc: PrefixCache, budget: int, index: NgramIndex | None) -> str:
     """The target's greedy text after `pc`, through prompt lookup where that gives the same
     tokens (a local model on a row-invariant format) and the plain loop elsewhere."""
-    if index is not None and lookup_is_exact(target):
-        ids, _ = lookup.greedy(target, pc, max_new_tokens=budget, index=index)
-        return cut_step(ids, NEVER, target.eos_ids, target.decode, None).text  # as `sample`
-    s = target.sample(pc, n=1, delimiter=NEVER, max_new_tokens=budget, temperature=0.0,
-                      fork=False)  # fmt: skip
-    return s.candidates[0].text
-
-
-def lookup_is_exact(target: Any) -> bool:
-    return isinstance(target, LocalCausalLM) and numerics.row_invariant(target.model)
+    exact = index is not None and lookup.is_exact(target)
+    return lookup.greedy_candidate(target, pc, max_new_tokens=budget, lookup=exact,
+                                   index=index)[0].text  # fmt: skip
 
 
 def problem_values(target: Any, question: str, gold: str, steps: list[dict[str, Any]],

@@ -2,13 +2,15 @@
 
 Each task's user turns go, one after another, to a LangGraph agent (`create_agent` with a
 checkpointer: the conversation carries over from turn to turn) whose model is the method: the
-target alone, the draft alone (`PlainChatModel`), or SpecGuard (`SpecGuardChatModel`). The
-agent's tools are BFCL's own backend classes from the wheel (GorillaFileSystem, TwitterAPI,
-...), executed by BFCL's own `execute_multi_turn_func_call`; a turn ends when the model makes no
-call, as in BFCL's FC inference loop, or after BFCL's step limit (the task is then failed, as
-BFCL's `force_quit`). The prompt follows BFCL's Qwen FC handler: the model's own chat template
-with the tools, and no system prompt of ours. Grading is BFCL's `multi_turn_checker` (state and
-responses, turn by turn); per-turn success is the number of leading turns it passes.
+target alone, the draft alone (`PlainChatModel`), the target through prompt lookup
+(`target-lookup`: the target's own messages in fewer forwards), or SpecGuard
+(`SpecGuardChatModel`). The agent's tools are BFCL's own backend classes from the wheel
+(GorillaFileSystem, TwitterAPI, ...), executed by BFCL's own `execute_multi_turn_func_call`; a
+turn ends when the model makes no call, as in BFCL's FC inference loop, or after BFCL's step
+limit (the task is then failed, as BFCL's `force_quit`). The prompt follows BFCL's Qwen FC
+handler: the model's own chat template with the tools, and no system prompt of ours. Grading is
+BFCL's `multi_turn_checker` (state and responses, turn by turn); per-turn success is the number
+of leading turns it passes.
 
 Datasets: `bfcl-multi` (tasks 10-199: the test split) and `bfcl-multi-dev` (tasks 0-9).
 """
@@ -28,7 +30,8 @@ from . import bfcl, tools
 CATEGORY = "multi_turn_base"
 DEV = 10  # the first tasks are the dev split
 SPLITS = {"bfcl-multi": "test", "bfcl-multi-dev": "dev"}
-MODEL_METHODS = ("target", "draft", "specguard", "specguard-lossless")
+PLAIN = ("target", "draft", "target-lookup")  # one model alone (`PlainChatModel`)
+MODEL_METHODS = (*PLAIN, "specguard", "specguard-lossless")
 # what a task record keeps of each message's response_metadata
 KEPT = ("source", "reason", "checked", "score", "draft_text", "time_s", "fed", "timing",
         "spent", "prefill_s", "decode_s")  # fmt: skip
@@ -166,7 +169,7 @@ def check_names(names: list[str]) -> None:
     """Every method is one an agent can run as its model (before any model loads)."""
     from ...errors import ConfigError
 
-    bad = [n for n in names if n not in ("target", "draft", "specguard-lossless")
+    bad = [n for n in names if n not in (*PLAIN, "specguard-lossless")
            and n.partition("@")[0] != "specguard"]  # fmt: skip
     if bad:
         raise ConfigError(f"BFCL multi-turn runs {', '.join(MODEL_METHODS)} (with @overrides); "
@@ -174,14 +177,16 @@ def check_names(names: list[str]) -> None:
 
 
 def agent_model(name: str, draft: Any, target: Any) -> Any:
-    """The agent's model for a method name: `target`, `draft`, `specguard-lossless`, or
-    `specguard[@tau=..+...]` (chat_config's fields). No system prompt of ours: BFCL's."""
+    """The agent's model for a method name: `target`, `draft`, `target-lookup`,
+    `specguard-lossless`, or `specguard[@tau=..+...]` (chat_config's fields). No system prompt
+    of ours: BFCL's."""
     from ...agents.chat_model import SpecGuardChatModel, chat_config
     from ...agents.plain import PlainChatModel
     from ..methods import parse
 
-    if name in ("target", "draft"):
-        return PlainChatModel(lm=target if name == "target" else draft, system_prompt=None)
+    if name in PLAIN:
+        return PlainChatModel(lm=draft if name == "draft" else target, system_prompt=None,
+                              lookup=name == "target-lookup")  # fmt: skip
     check_names([name])
     if name == "specguard-lossless":
         config = chat_config(lossless=True)

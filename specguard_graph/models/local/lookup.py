@@ -20,10 +20,14 @@ compares the two loops on recorded prefixes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from ..base import PrefixCache
+from ...steps import NEVER
+from ..base import Candidate, PrefixCache
+from . import numerics
+from .decoding import cut_step
 from .hf import LocalCausalLM
 
 PROPOSE = 3
@@ -56,6 +60,26 @@ class NgramIndex:
             return []
         src, end = hit
         return src[end : end + k]
+
+
+def is_exact(lm: object) -> bool:
+    """Does `greedy` give `lm`'s plain greedy tokens? Only on a local model whose formats score a
+    token the same inside a chunk as fed alone."""
+    return isinstance(lm, LocalCausalLM) and numerics.row_invariant(lm.model)
+
+
+def greedy_candidate(lm: Any, pc: PrefixCache, *, max_new_tokens: int, lookup: bool,
+                     index: NgramIndex | None = None) -> tuple[Candidate, int | None]:  # fmt: skip
+    """`lm`'s greedy message after `pc`, to EOS, as `sample(n=1, temperature=0)` writes it, and
+    with `lookup` the forwards it took (proposals from `index`, else from the text itself; the
+    caller checks `is_exact`). `pc`'s cache is extended, as `sample(fork=False)` does."""
+    if not lookup:
+        s = lm.sample(pc, n=1, delimiter=NEVER, max_new_tokens=max_new_tokens, temperature=0.0,
+                      fork=False)  # fmt: skip
+        return s.candidates[0], None
+    ids, forwards = greedy(lm, pc, max_new_tokens=max_new_tokens, index=index or NgramIndex())
+    pc.decode_tokens += len(ids)
+    return cut_step(ids, NEVER, lm.eos_ids, lm.decode, None), forwards
 
 
 @torch.inference_mode()
