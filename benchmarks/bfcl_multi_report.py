@@ -3,7 +3,9 @@
 conversation checks that fired and what the target then wrote, tokens fed per model.
 
     .venv/bin/python benchmarks/bfcl_multi_report.py benchmarks/results/bfcl-multi \
-        --methods target,draft,specguard-lossless,specguard@tau=0
+        [--methods target,draft,specguard-lossless,specguard@tau=0]
+
+Without --methods, every method with records in the folder, the target first.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from specguard_graph.bench.bfcl import multi_report
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--methods", default="target,draft,specguard-lossless,specguard@tau=0")
+    ap.add_argument("--methods", help="comma-separated (default: every method with records)")
     args = ap.parse_args()
-    runs = multi_report.load(args.out, args.methods.split(","))
+    recorded = sorted(p.stem for p in args.out.glob("*.jsonl"))
+    names = args.methods.split(",") if args.methods else recorded
+    missing = [m for m in names if m not in recorded]
+    if missing or not names:
+        ap.error(f"no records of {', '.join(missing) or 'any method'} in {args.out}")
+    names.sort(key=lambda m: m != "target")  # the target first: every ratio is against it
+    runs = multi_report.load(args.out, names)
     text = multi_report.markdown(multi_report.summary(runs))
     print(text)
     (args.out / "multi-turn.md").write_text(text)
