@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -212,3 +213,21 @@ def test_report_only_writes_the_multi_turn_report(tmp_path):
     assert res.exit_code == 0, res.output
     assert "| `draft` | 1 | 0.0 % (0–79) |" in (tmp_path / "multi-turn.md").read_text()
     assert "trajectory = target's" in res.output
+
+
+def test_the_report_script_reads_every_recorded_method_the_target_first(tmp_path):
+    import subprocess
+    import sys
+
+    script = Path(__file__).parents[1] / "benchmarks" / "bfcl_multi_report.py"
+    row = _record(TASK, False, 3.0, [_msg("a", "plain", 3.0)], 0)
+    for name in ("target-lookup", "target"):  # a run of two methods, not the default four
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
+    run = lambda *a: subprocess.run([sys.executable, str(script), str(tmp_path), *a],  # noqa: E731
+                                    capture_output=True, text=True)  # fmt: skip
+    res = run()
+    assert res.returncode == 0, res.stderr
+    table = (tmp_path / "multi-turn.md").read_text()
+    assert table.index("| `target` | 1 |") < table.index("| `target-lookup` | 1 |")
+    res = run("--methods", "target,draft")
+    assert res.returncode != 0 and "no records of draft" in res.stderr
