@@ -1,4 +1,6 @@
-"""Exact greedy decoding with prompt-lookup proposals, for the label runs that decode a lot.
+"""Exact greedy decoding with prompt-lookup proposals: for the label runs that decode a lot,
+and for an agent's model (`PlainChatModel(lookup=True)`, the `target-lookup` bench method),
+whose calls repeat the tool names, arguments and values its conversation already holds.
 
 A value label decodes about one target continuation per step, to EOS, and the continuations
 of one problem mostly repeat text the problem's records and the earlier continuations already
