@@ -112,6 +112,16 @@ def test_method_names_are_checked_before_models_run(tiny):
         mt.solvers(["sd-verify"], tiny.draft, tiny.target)
     with pytest.raises(ConfigError, match="row-invariant"):  # float32: lookup would not be exact
         mt.solvers(["target-lookup"], tiny.draft, tiny.target)
+    import copy
+
+    from specguard_graph.models.local import numerics
+    from specguard_graph.models.local.hf import LocalCausalLM
+
+    int8 = LocalCausalLM(numerics.apply(copy.deepcopy(tiny.target.model), "int8", "cpu"),
+                         tiny.target.tokenizer)  # fmt: skip
+    looked = mt.agent_model("target-lookup", tiny.draft, int8)
+    assert looked.lookup and looked.lm is int8 and looked.system_prompt is None  # BFCL's prompt
+    assert not mt.agent_model("target", tiny.draft, int8).lookup
     assert set(mt.solvers(["target", "draft", "specguard-lossless", "specguard@tau=0.4"],
                           tiny.draft, tiny.target)) == {"target", "draft", "specguard-lossless",
                                                         "specguard@tau=0.4"}  # fmt: skip
