@@ -106,7 +106,7 @@ def main() -> None:
         return args.cost[min(rows, len(args.cost)) - 1] + extra * max(0, rows - len(args.cost))
 
     totals = {name: [0, 0, 0.0] for name in POLICIES}
-    recorded = replayed = 0
+    recorded = 0
     for prompt, out, record in messages(args.records, tokenizer):
         for name, policy in POLICIES.items():
             log = replay(prompt, out, policy)
@@ -114,7 +114,7 @@ def main() -> None:
             totals[name][1] += sum(t for _, t in log)
             totals[name][2] += sum(cost(r) for r, _ in log)
         recorded += (record.get("fed") or {}).get("forwards") or 0
-        replayed += len(replay(prompt, out, POLICIES[f"{PROPOSE} (current)"]))
+    replayed = totals[f"{PROPOSE} (current)"][0]
     print(f"{args.records}; forwards recorded {recorded}, replayed with the current policy "
           f"{replayed}; cost by rows {args.cost}\n")  # fmt: skip
     print("| proposals per forward | forwards | tokens | tokens per forward | cost × plain |")

@@ -40,10 +40,8 @@ class PlainChatModel(ToolChatModel):
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)  # then checked outside pydantic: the error stays a ConfigError
-        if self.lookup and not lookup.is_exact(self.lm):
-            raise ConfigError("lookup=True needs a local model on a row-invariant format "
-                              "(quantize='int8' or 'gguf'): elsewhere a checked chunk rounds "
-                              "differently from plain decoding")  # fmt: skip
+        if self.lookup:
+            lookup.require_exact(self.lm, "lookup=True")
 
     @property
     def _llm_type(self) -> str:

@@ -66,17 +66,12 @@ def paired_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-LOSSLESS = (
-    "sd",
-    "sd-verify",
-    "target-lookup",
-    "specguard-lossless",
-)  # methods whose text must equal the target's greedy text
+# methods whose text must equal the target's greedy text
+LOSSLESS = ("sd", "sd-verify", "target-lookup", "specguard-lossless")
 
 
 def _lossless(method: str) -> bool:
-    """sd, sd-verify, the target through prompt lookup, lossless SpecGuard, and greedy SpecGuard
-    that verifies every step (τ ≥ 1, as issue 58's
+    """The methods above, and greedy SpecGuard that verifies every step (τ ≥ 1, as issue 58's
     τ = 1.01: the verified fallback writes the target's greedy step from the target's own
     prefix, step after step)."""
     if method in LOSSLESS:

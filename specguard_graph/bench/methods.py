@@ -88,9 +88,8 @@ def plain(lm: LocalCausalLM, max_tokens: int, spec: StepSpec = SPEC, lookup: boo
     """`lm` alone, greedy; `lookup`: the same tokens through prompt-lookup proposals."""
     from ..models.local import lookup as lk
 
-    if lookup and not lk.is_exact(lm):
-        raise ConfigError("target-lookup needs a local target on a row-invariant format "
-                          "(--quantize int8 or gguf)")  # fmt: skip
+    if lookup:
+        lk.require_exact(lm, "target-lookup")
 
     def solve(question: str) -> dict[str, Any]:
         pc = lm.new_prefix(spec.render_prompt(question, lm.tokenizer))

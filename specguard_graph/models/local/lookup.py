@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ...errors import ConfigError
 from ...steps import NEVER
 from ..base import Candidate, PrefixCache
 from . import numerics
@@ -68,6 +69,14 @@ def is_exact(lm: object) -> bool:
     """Does `greedy` give `lm`'s plain greedy tokens? Only on a local model whose formats score a
     token the same inside a chunk as fed alone."""
     return isinstance(lm, LocalCausalLM) and numerics.row_invariant(lm.model)
+
+
+def require_exact(lm: object, what: str) -> None:
+    """Refuse `what` (a setting that writes through `greedy`) on a model where it is not exact."""
+    if not is_exact(lm):
+        raise ConfigError(f"{what} needs a local model on a row-invariant format (quantize int8 "
+                          "or gguf): elsewhere a checked chunk rounds differently from plain "
+                          "decoding")  # fmt: skip
 
 
 def greedy_candidate(lm: Any, pc: PrefixCache, *, max_new_tokens: int, lookup: bool,
