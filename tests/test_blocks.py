@@ -83,6 +83,37 @@ def test_every_copy_of_the_kernel_gives_the_avx2_copys_bits(fmt):
             assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
 
 
+def test_activations_round_to_int16_by_the_documented_formula_bit_for_bit():
+    """Per group of 32: dx = max|x| / 32767, q = clip(rint(x / dx), ±32767), 0 where dx = 0; a
+    NaN counts as 0 in the max and rounds to -32767. A one-hot Q8_0 weight (scale 1) reads each
+    activation back as float32(q * dx), so the kernel's vectorised rounding is pinned to the
+    scalar formula in every copy, for ties, zeros, subnormals and outliers alike."""
+    k = 96
+    raw = np.zeros((k, k // 32, 34), dtype=np.uint8)  # output n: code 1 at input n, d = 1.0
+    raw[:, :, :2] = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)
+    for n in range(k):
+        raw[n, n // 32, 2 + n % 32] = 1
+    layer = BlockLinear(torch.from_numpy(raw.reshape(k, -1)), 8, k)
+    x = activations(20, k, seed=7).numpy()
+    x[0, :32] = 0.0  # dx = 0
+    x[1, 32:64] = np.float32(1e-40) * np.arange(-16, 16)  # subnormals
+    x[2, :32] = np.float32(2.0**-10) * (np.arange(32) - 15.5)  # x / dx ends in .5: ties
+    x[2, 31] = np.float32(32767 * 2.0**-10)  # so that dx = 2^-10 exactly
+    x[3, 64:96] *= 1e30
+    x[4, 40] = np.nan
+    g = x.reshape(20, -1, 32)
+    amax = np.fmax.reduce(np.abs(g), axis=2, initial=np.float32(0), keepdims=True)
+    dx = (amax / np.float32(32767)).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.clip(np.nan_to_num(np.rint(g / dx), nan=-32767), -32767, 32767)
+    q = np.where(dx > 0, q, 0).astype(np.int16)  # the kernel's int16 (no -0)
+    want = torch.from_numpy((q.astype(np.float32) * dx).reshape(20, k))
+    assert q[2, 0, :4].tolist() == [-16, -14, -14, -12]  # x / dx = -15.5, -14.5, ...: to even
+    for isa in range(layer._kernel.block_isa() + 1):
+        got = layer._kernel.block_mm(torch.from_numpy(x), layer.panels, 8, k, isa)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), f"copy {isa}"
+
+
 def test_the_environment_holds_the_kernel_to_a_lower_copy():
     """SPECGUARD_AMX=0 keeps a process on VNNI; torch held to AVX2 keeps the kernel on AVX2."""
     best = BlockLinear(random_blocks(8, 8, 96), 8, 96)._kernel.block_isa()

@@ -1,17 +1,23 @@
-"""The int8 matmul of a git revision against the working tree's, interleaved in one process.
+"""The CPU kernel of a git revision against the working tree's, interleaved in one process.
 
-    .venv/bin/python benchmarks/probes/kernel_ab.py [--base HEAD] [--rows 1,2,3,4,6,8] [--rounds 9]
+    .venv/bin/python benchmarks/probes/kernel_ab.py --model target --format gguf --rows 1,16,512
     .venv/bin/python benchmarks/probes/kernel_ab.py --model target --rows 1,2,3,4
+    .venv/bin/python benchmarks/probes/kernel_ab.py [--base HEAD] [--rows 1,2,3,4,6,8] [--rounds 9]
 
-Both sources are compiled (once each, under $SPECGUARD_HOME/kernels/ab-*) and run on one
-layer of the target's matrices (q+k+v, o, gate+up, down at Qwen2.5-1.5B's sizes) with random
-int8 weights, rounds interleaved. Prints the median time per layer for each row count, its
-ratio to one row, and the new/old ratio. Before timing, it checks that both give the same bits
-for every row count (the kernel's contract: the tiling never changes a sum).
+The revision's kernel sources (`int8_kernel.SOURCES` and `INCLUDES`) are compiled once, under
+$SPECGUARD_HOME/kernels/ab-*, as a module of their own beside the working tree's kernel.
 
-One layer's 46 MB can sit in a large L3 (an AVX-512 Xeon's), where it times cache, not the
-memory stream a decode is: `--model` times whole forwards of an embedded model instead (a
-400-token cache, then m tokens), the two kernels swapped into the same packed layers.
+Without `--model`: one layer of each of the target's matrices (q+k+v, o, gate+up, down at
+Qwen2.5-1.5B's sizes) with random int8 weights, the int8 matmul only. Prints the median time per
+layer for each row count, its ratio to the first row count, and the new/old ratio.
+
+With `--model`: whole forwards of an embedded model in `--format` (int8 or gguf), a 400-token
+cache then m tokens, the two kernels' matmuls swapped into the same layers (attention stays the
+working tree's). One layer's 46 MB can sit in a large L3, where it times cache, not the memory
+stream a decode is; a forward of many rows is a prefill.
+
+Before timing, both must give the same bits at every row count (the outputs, or the model's
+logits): the kernel's contract is that a change of speed never changes a sum.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import argparse
 import hashlib
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,15 +38,24 @@ from specguard_graph.models.install.registry import home
 from specguard_graph.models.local import int8_kernel
 
 ROOT = Path(__file__).parents[2]
-GEMM = "specguard_graph/models/kernels/int8_gemm.cpp"
 SHAPES = [(2048, 1536), (1536, 1536), (17920, 1536), (1536, 8960)]  # (out, in) per layer
 
 
-def build(source: str, tag: str):
-    digest = hashlib.sha256(source.encode() + torch.__version__.encode()).hexdigest()[:12]
-    where = home() / "kernels" / f"ab-{tag}-{digest}"
-    where.mkdir(parents=True, exist_ok=True)
-    return load_inline(f"ab_{tag}_{digest}", cpp_sources=[source], functions=["pack", "mm"],
+def build(base: str):
+    """The kernel as it is at git revision `base`, compiled under a module name of its own."""
+    texts = {}
+    for f in int8_kernel.SOURCES + int8_kernel.INCLUDES:
+        rel = f.relative_to(ROOT).as_posix()
+        texts[f.name] = subprocess.run(["git", "show", f"{base}:{rel}"], cwd=ROOT, check=True,
+                                       capture_output=True, text=True).stdout  # fmt: skip
+    digest = hashlib.sha256("\0".join([*texts.values(), torch.__version__]).encode()).hexdigest()
+    where = home() / "kernels" / f"ab-{digest[:12]}"
+    (where / "src").mkdir(parents=True, exist_ok=True)
+    for f in int8_kernel.INCLUDES:
+        (where / "src" / f.name).write_text(texts[f.name])
+    sources = [texts[f.name] for f in int8_kernel.SOURCES]
+    return load_inline(f"ab_{digest[:12]}", cpp_sources=sources,
+                       functions=int8_kernel.FUNCTIONS, extra_include_paths=[str(where / "src")],
                        extra_cflags=int8_kernel.FLAGS, extra_ldflags=["-fopenmp"],
                        build_directory=str(where))  # fmt: skip
 
@@ -50,12 +66,19 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,3,4,6,8")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--model", choices=["draft", "target"], help="whole forwards of this model")
+    ap.add_argument("--format", choices=["int8", "gguf"], default="int8",
+                    help="the model's weight format (with --model)")  # fmt: skip
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
+    if min(rows) < 1:
+        ap.error(f"--rows must be positive, got {args.rows}")
     print(describe())
-    old_src = subprocess.run(["git", "show", f"{args.base}:{GEMM}"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout  # fmt: skip
-    kernels = {"old": build(old_src, "old"), "new": build((ROOT / GEMM).read_text(), "new")}
+    new = int8_kernel.load()
+    if new is None:
+        raise SystemExit("the project's CPU kernel is not built here")
+    kernels = {"old": build(args.base), "new": new}
+    if args.model:
+        return whole_model(args.model, args.format, args.base, kernels, rows, args.rounds)
     torch.manual_seed(0)
     weights = [(torch.randint(-127, 128, (n, k), dtype=torch.int8), torch.rand(n) * 0.01)
                for n, k in SHAPES]  # fmt: skip
@@ -66,8 +89,6 @@ def main() -> None:
             if not torch.equal(kernels["old"].mm(x, bo, s), kernels["new"].mm(x, bn, s)):
                 raise SystemExit(f"{m} rows: the new kernel's bits differ from {args.base}'s")
     print(f"bits: new = {args.base} at every row count {rows}")
-    if args.model:
-        return whole_model(args.model, kernels, rows, args.rounds)
     times: dict[tuple[str, int], list[float]] = {(n, m): [] for n in kernels for m in rows}
     for _ in range(args.rounds):
         for m in rows:
@@ -82,19 +103,20 @@ def main() -> None:
           med, rows)  # fmt: skip
 
 
-def whole_model(role: str, kernels: dict, rows: list[int], rounds: int) -> None:
+def whole_model(role: str, fmt: str, base: str, kernels: dict, rows: list[int],
+                rounds: int) -> None:  # fmt: skip
     """Whole forwards of `role` after a 400-token cache, each kernel swapped into its layers."""
-    import sys
-
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from engine_speed import prompt_ids
 
     from specguard_graph.models.loading import OPTIONS, load_lm
+    from specguard_graph.models.local.blocks import BlockLinear
     from specguard_graph.models.local.kv_cache import new_cache
     from specguard_graph.models.local.numerics import Int8WeightOnlyLinear
 
-    lm = load_lm(role, **OPTIONS["int8"])
-    layers = [m for m in lm.model.modules() if isinstance(m, Int8WeightOnlyLinear)]
+    lm = load_lm(role, **OPTIONS[fmt])
+    kind = BlockLinear if fmt == "gguf" else Int8WeightOnlyLinear
+    layers = [m for m in lm.model.modules() if isinstance(m, kind)]
     ids = prompt_ids(lm, 400 + max(rows))
     times: dict[tuple[str, int], list[float]] = {(n, m): [] for n in kernels for m in rows}
     with torch.inference_mode():
@@ -103,16 +125,20 @@ def whole_model(role: str, kernels: dict, rows: list[int], rounds: int) -> None:
         for r in range(rounds + 1):
             for m in rows:
                 x = torch.tensor([ids[400 : 400 + m]])
+                logits = {}
                 for name, kernel in kernels.items():
                     for layer in layers:
                         layer._kernel = kernel
                     t0 = time.perf_counter()
-                    lm.model(input_ids=x, cache=cache, use_cache=True)
+                    logits[name] = lm.model(input_ids=x, cache=cache, use_cache=True).logits
                     if r:  # the first round warms both up
                         times[name, m].append(time.perf_counter() - t0)
                     cache.crop(-m)
+                if not r and not torch.equal(logits["old"], logits["new"]):
+                    raise SystemExit(f"{m} rows: the new kernel's logits differ from {base}'s")
+        print(f"bits: the logits equal {base}'s at every row count {rows}")
     med = {key: statistics.median(v) * 1000 for key, v in times.items()}
-    table(f"ms per {role} forward (a 400-token cache, then m tokens), median of {rounds} "
+    table(f"ms per {role} forward in {fmt} (a 400-token cache, then m tokens), median of {rounds} "
           "interleaved rounds", med, rows)  # fmt: skip
 
 

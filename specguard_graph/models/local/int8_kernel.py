@@ -44,6 +44,7 @@ INCLUDES = tuple(  # read by block_gemm.cpp and attention.cpp
     for f in ("block_panels.inc", "block_amx.inc", "attention_plain.inc", "attention_row.inc")
 )
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
+FUNCTIONS = ["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_isa"]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple
 
 
@@ -102,7 +103,7 @@ def load() -> ModuleType | None:
         return load_inline(
             "specguard_cpu_kernels",
             cpp_sources=[f.read_text() for f in SOURCES],
-            functions=["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_isa"],
+            functions=FUNCTIONS,
             extra_include_paths=[str(INCLUDES[0].parent)],
             extra_cflags=FLAGS,
             extra_ldflags=["-fopenmp"],

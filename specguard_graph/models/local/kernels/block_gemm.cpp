@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,17 @@ struct Act {
   const float* s;
   const int32_t* h;
 };
+
+// Memory each thread keeps from call to call, grown to the largest call it has seen (not
+// zeroed): a prefill runs the kernel hundreds of times, and fresh buffers cost more in page
+// faults and zeroing than quantising the activations does.
+template <typename T, int Slot>
+T* scratch(size_t n) {
+  static thread_local std::unique_ptr<T[]> buf;
+  static thread_local size_t size = 0;
+  if (size < n) buf.reset(new T[n]), size = n;
+  return buf.get();
+}
 
 inline __m256 halves(const uint8_t* p) {  // eight float16 -> eight float32
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
@@ -116,23 +128,60 @@ Layout layout(int64_t fmt) {
   return l;
 }
 
-// Row m of x -> int16 values and per-group scales, from that row alone.
-void quantize_row(const float* x, int64_t K, int16_t* q, float* d, float* s, int32_t* h) {
+inline int32_t hsum(__m256i v) {  // eight int32 -> their sum (integers: any order)
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+// Row m of x -> int16 values and per-group scales, from that row alone (and, for the AMX copy,
+// the values' high and low bytes, group g's at hi + g * hi_step). Per group of 32:
+//   dx = max|x| / 32767,  q = clamp(round_half_even(x / dx), -32767, 32767)  (0 where dx = 0)
+// Vectorised, yet the same bits as that formula taken element by element: max is exact, and
+// IEEE division and rounding give each lane what the scalar operation gives it. A NaN element
+// counts as 0 in the max and rounds to -32767 (`tests/test_blocks.py` pins all of it).
+void quantize_row(const float* x, int64_t K, int16_t* q, float* d, float* s, int32_t* h,
+                  int8_t* hi, uint8_t* lo, int64_t hi_step) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), top = _mm256_set1_ps(32767.0f),
+               bottom = _mm256_set1_ps(-32767.0f);
   for (int64_t g = 0; g < K / kGroup; ++g) {
     const float* xg = x + g * kGroup;
-    float amax = 0.0f;
-    for (int i = 0; i < kGroup; ++i) amax = std::max(amax, std::fabs(xg[i]));
-    const float dx = amax / 32767.0f;
-    int32_t sum = 0;
-    for (int i = 0; i < kGroup; ++i) {
-      if (i == 16) h[2 * g] = sum;
-      const float v = dx > 0.0f ? std::nearbyint(xg[i] / dx) : 0.0f;
-      q[g * kGroup + i] = (int16_t)std::min(32767.0f, std::max(-32767.0f, v));
-      sum += q[g * kGroup + i];
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xg + 8 * i);
+      m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);  // a NaN lane keeps m
     }
-    h[2 * g + 1] = sum - h[2 * g];
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float dx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))) / 32767.0f;
+    __m256i iv[4];
+    for (int i = 0; i < 4; ++i) {
+      __m256 r = _mm256_setzero_ps();
+      if (dx > 0.0f)
+        r = _mm256_round_ps(_mm256_div_ps(v[i], _mm256_set1_ps(dx)),
+                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      iv[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, bottom), top));  // NaN: bottom
+    }
+    const int32_t first = hsum(_mm256_add_epi32(iv[0], iv[1]));
+    const int32_t sum = first + hsum(_mm256_add_epi32(iv[2], iv[3]));
+    h[2 * g] = first;
+    h[2 * g + 1] = sum - first;
     d[g] = dx;
     s[g] = dx * (float)sum;
+    // int32 -> int16 in order (packs works per 128-bit half; the permute puts the halves back)
+    const __m256i q0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(iv[0], iv[1]), 0xD8);
+    const __m256i q1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(iv[2], iv[3]), 0xD8);
+    if (q) {
+      _mm256_storeu_si256((__m256i*)(q + g * kGroup), q0);
+      _mm256_storeu_si256((__m256i*)(q + g * kGroup + 16), q1);
+    }
+    if (hi) {  // x = 256 * hi + lo, exactly: hi the signed high byte, lo the unsigned low one
+      const __m256i ff = _mm256_set1_epi16(255);
+      const __m256i h8 = _mm256_packs_epi16(_mm256_srai_epi16(q0, 8), _mm256_srai_epi16(q1, 8));
+      const __m256i l8 = _mm256_packus_epi16(_mm256_and_si256(q0, ff), _mm256_and_si256(q1, ff));
+      _mm256_storeu_si256((__m256i*)(hi + g * hi_step), _mm256_permute4x64_epi64(h8, 0xD8));
+      _mm256_storeu_si256((__m256i*)(lo + g * hi_step), _mm256_permute4x64_epi64(l8, 0xD8));
+    }
   }
 }
 
@@ -187,34 +236,34 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   // the AMX copy from kAmxMinRows rows on (fewer: VNNI, which streams the bytes once); it reads
   // x as two byte planes
   const bool tiles = use == 2 && M >= kAmxMinRows;
-  std::vector<int16_t> xq(M * K);
-  std::vector<int8_t> xhi(tiles ? M * K : 0);
-  std::vector<uint8_t> xlo(tiles ? M * K : 0);
-  std::vector<float> xd(M * G), xs(M * G);
-  std::vector<int32_t> xh(2 * M * G);
-  std::vector<Act> act(M);
+  // the AMX copy reads the values as their two bytes only
+  int16_t* xq = scratch<int16_t, 0>(tiles ? 0 : M * K);
+  int8_t* xhi = scratch<int8_t, 0>(tiles ? M * K : 0);
+  uint8_t* xlo = scratch<uint8_t, 0>(tiles ? M * K : 0);
+  float* xd = scratch<float, 0>(M * G);
+  float* xs = scratch<float, 1>(M * G);
+  int32_t* xh = scratch<int32_t, 0>(2 * M * G);
+  Act* act = scratch<Act, 0>(M);
   const float* xp = x.data_ptr<float>();
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m) {
-      quantize_row(xp + m * K, K, &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G]);
-      for (int64_t k = 0; tiles && k < K; ++k) {  // x = 256 * hi + lo, exactly
-        xhi[m * K + k] = (int8_t)(xq[m * K + k] >> 8);
-        xlo[m * K + k] = (uint8_t)(xq[m * K + k] & 255);
-      }
-    }
+    for (int64_t m = m0; m < m1; ++m)
+      quantize_row(xp + m * K, K, tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G],
+                   &xh[2 * m * G], tiles ? &xhi[m * K] : nullptr, tiles ? &xlo[m * K] : nullptr,
+                   kGroup);
   });
-  for (int64_t m = 0; m < M; ++m) act[m] = {&xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G]};
+  for (int64_t m = 0; m < M; ++m)
+    act[m] = {tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G]};
   auto y = torch::empty({M, N}, x.options());
   const uint8_t* wp = w.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
   const int64_t pb = w.size(1);
   at::parallel_for(0, P, 4, [&](int64_t p0, int64_t p1) {
     if (tiles)
-      amx::run_amx(fmt, wp, pb, blocks, act.data(), xhi.data(), xlo.data(), K, M, yp, N, p0, p1);
+      amx::run_amx(fmt, wp, pb, blocks, act, xhi, xlo, K, M, yp, N, p0, p1);
     else if (use >= 1)
-      vnni::run(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
+      vnni::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1);
     else
-      avx2::run(fmt, wp, pb, blocks, act.data(), M, yp, N, p0, p1);
+      avx2::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1);
   });
   return y;
 }
