@@ -135,13 +135,13 @@ inline int32_t hsum(__m256i v) {  // eight int32 -> their sum (integers: any ord
 }
 
 // Row m of x -> int16 values and per-group scales, from that row alone (and, for the AMX copy,
-// the values' high and low bytes, group g's at hi + g * hi_step). Per group of 32:
+// the values' high and low bytes). Per group of 32:
 //   dx = max|x| / 32767,  q = clamp(round_half_even(x / dx), -32767, 32767)  (0 where dx = 0)
 // Vectorised, yet the same bits as that formula taken element by element: max is exact, and
 // IEEE division and rounding give each lane what the scalar operation gives it. A NaN element
 // counts as 0 in the max and rounds to -32767 (`tests/test_blocks.py` pins all of it).
 void quantize_row(const float* x, int64_t K, int16_t* q, float* d, float* s, int32_t* h,
-                  int8_t* hi, uint8_t* lo, int64_t hi_step) {
+                  int8_t* hi, uint8_t* lo) {
   const __m256 sign = _mm256_set1_ps(-0.0f), top = _mm256_set1_ps(32767.0f),
                bottom = _mm256_set1_ps(-32767.0f);
   for (int64_t g = 0; g < K / kGroup; ++g) {
@@ -179,8 +179,8 @@ void quantize_row(const float* x, int64_t K, int16_t* q, float* d, float* s, int
       const __m256i ff = _mm256_set1_epi16(255);
       const __m256i h8 = _mm256_packs_epi16(_mm256_srai_epi16(q0, 8), _mm256_srai_epi16(q1, 8));
       const __m256i l8 = _mm256_packus_epi16(_mm256_and_si256(q0, ff), _mm256_and_si256(q1, ff));
-      _mm256_storeu_si256((__m256i*)(hi + g * hi_step), _mm256_permute4x64_epi64(h8, 0xD8));
-      _mm256_storeu_si256((__m256i*)(lo + g * hi_step), _mm256_permute4x64_epi64(l8, 0xD8));
+      _mm256_storeu_si256((__m256i*)(hi + g * kGroup), _mm256_permute4x64_epi64(h8, 0xD8));
+      _mm256_storeu_si256((__m256i*)(lo + g * kGroup), _mm256_permute4x64_epi64(l8, 0xD8));
     }
   }
 }
@@ -248,8 +248,7 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m)
       quantize_row(xp + m * K, K, tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G],
-                   &xh[2 * m * G], tiles ? &xhi[m * K] : nullptr, tiles ? &xlo[m * K] : nullptr,
-                   kGroup);
+                   &xh[2 * m * G], tiles ? &xhi[m * K] : nullptr, tiles ? &xlo[m * K] : nullptr);
   });
   for (int64_t m = 0; m < M; ++m)
     act[m] = {tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G]};
