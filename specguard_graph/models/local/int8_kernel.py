@@ -41,7 +41,13 @@ SOURCES = tuple(
 )
 INCLUDES = tuple(  # read by block_gemm.cpp and attention.cpp
     Path(__file__).with_name("kernels") / f
-    for f in ("block_panels.inc", "block_amx.inc", "attention_plain.inc", "attention_row.inc")
+    for f in (
+        "block_panels.inc",
+        "block_wide.inc",
+        "block_amx.inc",
+        "attention_plain.inc",
+        "attention_row.inc",
+    )
 )
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 FUNCTIONS = ["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_isa"]
