@@ -83,6 +83,27 @@ def test_every_copy_of_the_kernel_gives_the_avx2_copys_bits(fmt):
             assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_the_copies_agree_where_several_rows_meet_a_panel_in_k_slices(fmt):
+    """Several rows meet a panel 2,048 weights at a time, carrying each output's sums from
+    slice to slice; the VNNI copy takes two panels per 512-bit vector there (block_wide.inc),
+    splitting and joining the carried sums. 2,304 inputs: two slices; 44 outputs: an odd
+    panel and a part panel in every chunk."""
+    k = 2304
+    layer = BlockLinear(random_blocks(fmt, 44, k, seed=8), fmt, k)
+    best = layer._kernel.block_isa()
+    if best == 0:
+        pytest.skip("this CPU has no AVX-512 VNNI: every call would run the AVX2 copy")
+    for rows in (2, 4, 5, 15):
+        x = activations(rows, k, seed=rows)
+        ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
+        for isa in range(1, best + 1):
+            assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
+        alone = torch.cat([layer._kernel.block_mm(x[i : i + 1], layer.panels, fmt, 44, best)
+                           for i in range(rows)])  # fmt: skip
+        assert torch.equal(alone, ours[best]), f"{FORMATS[fmt]}, {rows} rows against one by one"
+
+
 def test_activations_round_to_int16_by_the_documented_formula_bit_for_bit():
     """Per group of 32: dx = max|x| / 32767, q = clip(rint(x / dx), ±32767), 0 where dx = 0; a
     NaN counts as 0 in the max and rounds to -32767. A one-hot Q8_0 weight (scale 1) reads each
