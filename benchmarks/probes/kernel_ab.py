@@ -43,6 +43,11 @@ SHAPES = [(2048, 1536), (1536, 1536), (17920, 1536), (1536, 8960)]  # (out, in) 
 
 def build(base: str):
     """The kernel as it is at git revision `base`, compiled under a module name of its own."""
+    return compile_texts(revision_texts(base))
+
+
+def revision_texts(base: str) -> dict[str, str]:
+    """The kernel's sources and includes at git revision `base`, by file name."""
     texts = {}
     for f in int8_kernel.SOURCES + int8_kernel.INCLUDES:
         rel = f.relative_to(ROOT).as_posix()
@@ -53,7 +58,15 @@ def build(base: str):
             continue
         shown.check_returncode()
         texts[f.name] = shown.stdout
-    digest = hashlib.sha256("\0".join([*texts.values(), torch.__version__]).encode()).hexdigest()
+    return texts
+
+
+def compile_texts(texts: dict[str, str], defines: tuple[str, ...] = ()):
+    """The kernel from `texts` (file name -> source), built with `-D` `defines`, as a module of
+    its own under $SPECGUARD_HOME/kernels/ab-*, beside the working tree's kernel."""
+    flags = [*int8_kernel.FLAGS, *(f"-D{d}" for d in defines)]
+    digest = hashlib.sha256("\0".join([*texts.values(), *flags, torch.__version__]).encode())
+    digest = digest.hexdigest()
     where = home() / "kernels" / f"ab-{digest[:12]}"
     (where / "src").mkdir(parents=True, exist_ok=True)
     for f in int8_kernel.INCLUDES:
@@ -61,7 +74,7 @@ def build(base: str):
     sources = [texts[f.name] for f in int8_kernel.SOURCES]
     return load_inline(f"ab_{digest[:12]}", cpp_sources=sources,
                        functions=int8_kernel.FUNCTIONS, extra_include_paths=[str(where / "src")],
-                       extra_cflags=int8_kernel.FLAGS, extra_ldflags=["-fopenmp"],
+                       extra_cflags=flags, extra_ldflags=["-fopenmp"],
                        build_directory=str(where))  # fmt: skip
 
 

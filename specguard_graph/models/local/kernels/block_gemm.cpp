@@ -44,9 +44,13 @@ constexpr int64_t kGroup = 32;
 constexpr int64_t kLanes = 8;            // outputs per panel
 constexpr int64_t kRows = 4;             // rows of x per register tile
 constexpr int64_t kChunkBytes = 1 << 17;  // panels kept in cache while the row tiles pass
-// prefetch distance in a panel's stream: 1-2 KB ahead read a decode's weights from memory at
-// 1.3x the rate 4 KB ahead did (docs/numerics.md, "Prefetch distance")
-constexpr int64_t kAhead = 2048;
+// Prefetch distance in a panel's stream: 1-2 KB ahead read a decode's weights from memory at
+// 1.3x the rate 4 KB ahead did (docs/numerics.md, "Prefetch distance"). A macro, so that
+// benchmarks/probes/prefetch_sweep.py can build the kernel at other distances; sums unchanged.
+#ifndef SPECGUARD_AHEAD
+#define SPECGUARD_AHEAD 2048
+#endif
+constexpr int64_t kAhead = SPECGUARD_AHEAD;
 constexpr int64_t kMaxChunk = 32;         // panels per chunk, at most
 constexpr int64_t kSliceWeights = 2048;  // k per slice when several rows meet a panel
 constexpr int64_t kAmxMinRows = 16;      // fewer rows run the panel code where AMX runs
