@@ -5,7 +5,7 @@
 A decode reads every weight once from memory. This builds the working tree's kernel once per
 prefetch distance (`-DSPECGUARD_AHEAD=n`, bytes ahead in a panel's stream; `kAhead` in
 `kernels/block_gemm.cpp`), puts the draft and the target in `gguf` on their blocks, and times
-one row through every block layer of a model, one layer after another, as a decode calls them:
+`--rows` rows (1: a decode) through every block layer of a model, one layer after another:
 the passes alternate between the models and the distances, so that no model's weights are
 left in cache for the next timed pass. Each variant's outputs are first checked equal to the
 installed kernel's (a prefetch moves no sum). A plain 2-thread sum over 1 GiB gives the memory
@@ -48,13 +48,15 @@ def main() -> None:
     ap.add_argument("--distances", default="0,1024,2048,4096,8192",
                     help="bytes ahead, comma-separated (0: the line being read)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rows", type=int, default=1,
+                    help="rows per call: 1 a decode, 4-5 a verification forward")  # fmt: skip
     args = ap.parse_args()
     try:
         distances = [int(d) for d in args.distances.split(",")]
     except ValueError:
         ap.error(f"--distances must be integers separated by commas, got {args.distances!r}")
-    if min(distances) < 0 or args.rounds < 1:
-        ap.error("--distances must be >= 0 and --rounds >= 1")
+    if min(distances) < 0 or args.rounds < 1 or args.rows < 1:
+        ap.error("--distances must be >= 0, --rounds and --rows >= 1")
     torch.set_num_threads(2)
     print(describe(), flush=True)
     texts = {f.name: f.read_text() for f in int8_kernel.SOURCES + int8_kernel.INCLUDES}
@@ -63,7 +65,7 @@ def main() -> None:
     for role in ("draft", "target"):
         layers = [m for m in load_lm(role, **OPTIONS["gguf"]).model.modules()
                   if isinstance(m, BlockLinear)]  # fmt: skip
-        xs = [torch.randn(1, m.in_features) for m in layers]
+        xs = [torch.randn(args.rows, m.in_features) for m in layers]
         ref = [m(x) for m, x in zip(layers, xs, strict=True)]  # the installed kernel
         models[role] = layers, xs, sum(m.panels.numel() for m in layers)
         for d, kernel in kernels.items():
@@ -83,7 +85,8 @@ def main() -> None:
                     m(x)
                 times[role, d].append(time.perf_counter() - t0)
     print(f"plain 2-thread read: {plain_read_rate():.1f} GB/s")
-    print(f"\none row through every block layer, median of {args.rounds} interleaved rounds")
+    print(f"\n{args.rows} row(s) through every block layer, median of {args.rounds} interleaved "
+          "rounds")  # fmt: skip
     print("| bytes ahead | draft ms | draft GB/s | target ms | target GB/s |")
     print("|---|---|---|---|---|")
     for d in distances:
