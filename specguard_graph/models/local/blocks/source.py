@@ -59,10 +59,10 @@ class Tensors:
     """A GGUF file's tensors: `get(name)` -> (ggml type id, rows of bytes) or None."""
 
     def __init__(self, path: Path):
-        import gguf
+        from .reader import BlocksReader
 
         self.path = path
-        reader = gguf.GGUFReader(str(path))
+        reader = BlocksReader(str(path))
         self._tensors = {t.name: t for t in reader.tensors}
 
     def get(self, name: str) -> tuple[int, np.ndarray] | None:
