@@ -2,10 +2,11 @@
 
 `gguf.GGUFReader` turns every metadata value into numpy views, one per array item: the
 embedded models' tokenizer arrays (151,936 tokens, their types, ~150k merges) took ~9 s per
-file on this project's CPU, two thirds of loading a model in the `gguf` format, and the blocks
-need none of them. This reader is the library's own, except that a metadata array is stepped
-over instead of read (it is then absent from `fields`); scalar fields, `general.alignment`
-included, and every tensor are read by the library's code as before."""
+file on this project's CPU, over half of loading the draft in the `gguf` format and a third of
+the target, and the blocks need none of them. This reader is the library's own, except that
+a metadata array is stepped over instead of read (it is then absent from `fields`); scalar
+fields, `general.alignment` included, and every tensor are read by the library's code as
+before."""
 
 from __future__ import annotations
 
