@@ -22,6 +22,7 @@ from transformers import PreTrainedModel
 
 from ...errors import InputError
 from ..base import PrefixCache, Sample
+from . import lean_layers
 from .capture import ATTN_IMPLEMENTATION, capture_attention
 from .decoding import DelimiterWatch, cut_step, decode, token_logprobs
 from .load import read
@@ -33,10 +34,10 @@ class LocalCausalLM:
     """A transformers causal LM plus its tokenizer, ready for step-level decoding."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: Any, *, name: str | None = None):
-        self.model = model.eval()
-        self.tokenizer = tokenizer
+        self.model, self.tokenizer = model.eval(), tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         self.model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        self.lean = lean_layers.install(self.model)  # transformers' ops, not its call overhead
         gen = getattr(model, "generation_config", None)
         eos: set[int] = set()
         for src in (getattr(gen, "eos_token_id", None), tokenizer.eos_token_id):
@@ -44,8 +45,7 @@ class LocalCausalLM:
                 eos.add(src)
             elif src:
                 eos.update(int(x) for x in src)
-        self.eos_ids = sorted(eos)
-        pad = tokenizer.pad_token_id
+        pad, self.eos_ids = tokenizer.pad_token_id, sorted(eos)
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
         self.lock = threading.RLock()  # one forward at a time per model
         # prompts kept across runs (`prefix_store.py`): on where reuse is bit-exact

@@ -1,0 +1,168 @@
+"""Decoder layers that run transformers' own arithmetic without its per-call machinery.
+
+Why: on the CPU a decode step of the 0.5B draft spends ~2/3 of its time in the block kernel
+and the rest in two dozen small torch ops per layer, each a few microseconds; transformers
+adds as much again around them (module calls, hub wrappers, keyword plumbing, the attention
+lookup). The lean forward below issues the same torch ops, in the same order, on the same
+tensors as `Qwen2DecoderLayer.forward` (so every logit is the same bits: `tests/
+test_lean_layers.py` compares them to transformers' forward on prefill, decode, batched rows
+and captured attention), and calls the Linears' `forward` directly.
+
+On GGUF blocks (`blocks.BlockLinear`) the query and key projections (and the value one where
+its block type matches) also run as one kernel call over their stacked panels: each output is
+its own fixed sum, so each is the same bits as in its own layer, and the per-call cost is paid
+once. The stacked panels are the only copy: the projections keep views of them.
+
+Measured (`benchmarks/probes/lean_ab.py`, docs/numerics.md): a draft decode step ~10 % faster.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+from torch import nn
+
+from .blocks.linear import BlockLinear
+from .capture import ATTN_IMPLEMENTATION, capture_attention_forward
+from .numerics import GatedMLP
+
+LAYERS = ("Qwen2DecoderLayer",)
+"""Decoder layer classes whose forward `lean_forward` reproduces op for op."""
+
+NORMS = ("Qwen2RMSNorm",)
+
+
+def _rms(norm: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """`Qwen2RMSNorm.forward`, op for op."""
+    dtype = h.dtype
+    h = h.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + norm.variance_epsilon)
+    return norm.weight * h.to(dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """`apply_rotary_pos_emb` for one tensor (elementwise, so q and k may share one call)."""
+    half = x.shape[-1] // 2
+    return (x * cos) + (torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin)
+
+
+def _mlp(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    if type(mlp) is GatedMLP:
+        gu, n = mlp.gate_up.forward(x), mlp.intermediate
+        return mlp.down_proj.forward(mlp.act_fn(gu[..., :n]) * gu[..., n:])
+    return mlp(x)
+
+
+def lean_forward(
+    self: nn.Module,
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    cache: Any = None,
+    use_cache: bool | None = False,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """`Qwen2DecoderLayer.forward` (bound to a layer by `install`)."""
+    at = self.self_attn
+    residual = hidden_states
+    x = _rms(self.input_layernorm, hidden_states)
+    shape = (*x.shape[:-1], -1, at.head_dim)
+    cos, sin = position_embeddings
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    fused = at._modules.get("fused_proj")
+    if fused is not None:  # q, k (and v) in one kernel call, rotated in one pass
+        heads = fused.forward(x).view(shape).transpose(1, 2)
+        nq, nk = at.q_proj.out_features // at.head_dim, at.k_proj.out_features // at.head_dim
+        qk = _rope(heads[:, : nq + nk], cos, sin)
+        q, k = qk[:, :nq], qk[:, nq:]
+        v = heads[:, nq + nk :] if at.fused_parts == 3 else None
+    else:
+        q = _rope(at.q_proj.forward(x).view(shape).transpose(1, 2), cos, sin)
+        k = _rope(at.k_proj.forward(x).view(shape).transpose(1, 2), cos, sin)
+        v = None
+    if v is None:
+        v = at.v_proj.forward(x).view(shape).transpose(1, 2)
+    if cache is not None:
+        k, v = cache.update(k, v, at.layer_idx)
+    out, _ = capture_attention_forward(at, q, k, v, attention_mask, scaling=at.scaling)
+    out = at.o_proj.forward(out.reshape(*x.shape[:-1], -1).contiguous())
+    hidden_states = residual + out
+    residual = hidden_states
+    x = _rms(self.post_attention_layernorm, hidden_states)
+    return residual + _mlp(self.mlp, x)
+
+
+def _fuse(at: nn.Module) -> None:
+    """Stack q, k (and v, where its blocks are the same type) into `at.fused_proj`; the
+    projections keep views of the stacked panels (no second copy)."""
+    parts = [at.q_proj, at.k_proj, at.v_proj]
+    if not all(type(p) is BlockLinear for p in parts[:2]):
+        return
+    if parts[2].fmt != parts[0].fmt or type(parts[2]) is not BlockLinear:
+        parts = parts[:2]
+    if len({(p.fmt, p.isa, p.in_features) for p in parts}) > 1:
+        return
+    if any(p.out_features % 8 or p.out_features % at.head_dim for p in parts):
+        return  # a padded panel would put zero outputs between the parts
+    if len({p.bias is None for p in parts}) > 1:
+        return  # a zero bias added to -0.0 gives +0.0: not the part's own bits
+    panels = torch.cat([p.panels for p in parts])
+    fused = BlockLinear.__new__(BlockLinear)
+    nn.Module.__init__(fused)
+    fused._kernel, fused.fmt, fused.isa = parts[0]._kernel, parts[0].fmt, parts[0].isa
+    fused.in_features, fused.out_features = parts[0].in_features, panels.shape[0] * 8
+    fused.register_buffer("panels", panels)
+    fused.bias = None
+    if parts[0].bias is not None:
+        fused.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), False)
+    start = 0
+    for p in parts:  # the parts read their rows of the stacked panels
+        n = p.panels.shape[0]
+        p.panels = panels[start : start + n]
+        start += n
+    at.fused_proj, at.fused_parts = fused, len(parts)
+
+
+def eligible(model: nn.Module) -> bool:
+    """Can `install` make this model's layers lean (a known layer class, full attention in
+    every layer, the project's attention, no hooks that a direct call would skip)?"""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    config = getattr(model, "config", None)
+    if layers is None or config is None or len(layers) == 0:
+        return False
+    if getattr(config, "_attn_implementation", None) != ATTN_IMPLEMENTATION:
+        return False
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []):
+        return False
+    for layer in layers:
+        if type(layer).__name__ not in LAYERS:
+            return False
+        norms = (layer.input_layernorm, layer.post_attention_layernorm)
+        if any(type(n).__name__ not in NORMS for n in norms):
+            return False
+    hooked = (m._forward_hooks or m._forward_pre_hooks for m in layers.modules())
+    every = nn.modules.module
+    return not any(hooked) and not (every._global_forward_hooks or every._global_forward_pre_hooks)
+
+
+def install(model: nn.Module) -> bool:
+    """Give each decoder layer of `model` the lean forward (bound, so a deepcopy of the model
+    runs its own copy); False, and nothing changed, where `eligible` says no."""
+    if not eligible(model):
+        return False
+    for layer in model.model.layers:
+        if "fused_proj" not in layer.self_attn._modules:
+            _fuse(layer.self_attn)
+        layer.forward = types.MethodType(lean_forward, layer)
+    return True
+
+
+def uninstall(model: nn.Module) -> None:
+    """Back to transformers' forward (the stacked projections stay: they compute the same)."""
+    for layer in getattr(getattr(model, "model", None), "layers", []):
+        layer.__dict__.pop("forward", None)
