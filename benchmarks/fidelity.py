@@ -33,9 +33,9 @@ import torch
 from specguard_graph.bench.data import gsm8k_100
 from specguard_graph.machine import describe
 from specguard_graph.models.loading import OPTIONS, load_lm
-from specguard_graph.models.local.feeding import FEEDINGS, batch_of_4, feed, greedy
 from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.steps import ReasoningSteps
+from specguard_graph.testing import FEEDINGS, batch_of_4, feed, greedy
 
 SPEC = ReasoningSteps()
 

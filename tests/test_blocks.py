@@ -18,7 +18,7 @@ from specguard_graph.models.loading import load_lm
 from specguard_graph.models.local import numerics
 from specguard_graph.models.local.blocks import FORMATS, BlockLinear, panels, quantize_gguf
 from specguard_graph.models.local.draft_head import proposal_head
-from specguard_graph.models.local.feeding import FEEDINGS, batch_of_4, feed
+from specguard_graph.testing import FEEDINGS, batch_of_4, feed
 
 SCALES = {8: [0], 6: [0], 12: [0, 2], 14: [208]}  # where each block's float16 scales sit
 K = {8: 96, 6: 96, 12: 512, 14: 512}  # in_features: several blocks per row

@@ -7,10 +7,9 @@ import torch
 
 from specguard_graph import ModelLoadError
 from specguard_graph.models.local import numerics
-from specguard_graph.models.local.feeding import FEEDINGS, batch_of_4, feed, greedy
 from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.steps import ReasoningSteps
-from specguard_graph.testing import tiny_lm
+from specguard_graph.testing import FEEDINGS, batch_of_4, feed, greedy, tiny_lm
 
 FAITHFUL = ("int8", "int8x2")  # float32 is not: MKL rounds a 1-row GEMM differently
 TEXT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many in May."

@@ -94,6 +94,40 @@ def test_right_proposals_save_forwards_and_are_counted(base, k, lookup):
     assert alone.forwards == n and alone.proposed == alone.looked_up == 0
 
 
+def test_the_draft_proposes_past_a_token_only_while_it_is_sure_of_it(base):
+    import torch
+
+    from specguard_graph.models.local.draft_head import next_token
+    from specguard_graph.models.local.kv_cache import new_cache
+    from specguard_graph.models.local.verify import propose
+
+    target, draft = formatted(base, "int8"), formatted(base, "int8")
+    prompt = SPEC.render_prompt(QUESTION, target.tokenizer)
+    want, _ = rewrite(target, prompt, NEVER, 40)
+    cache, feed, greedy = new_cache(draft.model.config), draft.encode(prompt), []
+    for _ in range(6):  # the draft's greedy tokens and the probability it gives each
+        greedy.append(next_token(draft, torch.tensor([feed]), cache))
+        feed = [greedy[-1][0]]
+    probs = sorted(p for _, p in greedy[:5])
+    for more_if in (0.0, probs[1], probs[3], 1.01):
+        got = propose(draft, draft.new_prefix(prompt), [], 6, more_if)
+        sure = next((i for i, (_, p) in enumerate(greedy) if p < more_if), 5)
+        assert got == [t for t, _ in greedy[: sure + 1]], more_if
+        _, st = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
+                              max_new_tokens=40, draft=draft, draft_pc=draft.new_prefix(prompt),
+                              k=4, lookup=0, more_if=more_if)  # fmt: skip
+        assert st.drafted == st.proposed  # the twin's proposals are all right
+        if more_if == 0.0:
+            assert st.proposed > st.forwards  # k a forward
+        if more_if > 1:
+            assert st.proposed <= st.forwards  # one a forward
+    other = formatted(tiny_lm(layers=2, hidden=64, heads=4, seed=9), "int8")  # mostly wrong
+    sample, _ = verify_greedy(target, target.new_prefix(prompt), candidate=[], delimiter=NEVER,
+                              max_new_tokens=40, draft=other, draft_pc=other.new_prefix(prompt),
+                              k=3, more_if=probs[2])  # fmt: skip
+    assert sample.candidates[0].token_ids == want.token_ids
+
+
 def test_the_engine_picks_how_many_proposals_a_forward_checks(base):
     from specguard_graph.models.local import int8_kernel
     from specguard_graph.models.local.verify import lookup_tokens, proposals

@@ -4,6 +4,7 @@ reduced one, interleaved per problem and round: seconds per token, the share of 
 target kept, and whether the two texts are equal.
 
     .venv/bin/python benchmarks/probes/draft_head.py --problems 3 --max-tokens 128 --rounds 2
+    .venv/bin/python benchmarks/probes/draft_head.py --format gguf --vocab 0 100000 --problems 6
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import statistics
 from specguard_graph.bench.data import gsm8k_100
 from specguard_graph.bench.methods import verified_sd
 from specguard_graph.machine import describe
-from specguard_graph.models.loading import load_lm
+from specguard_graph.models.loading import OPTIONS, load_lm
 
 
 def main() -> None:
@@ -23,8 +24,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--vocab", type=int, nargs="+", default=[0, 32768])
+    ap.add_argument("--format", choices=["int8", "gguf"], default="int8")
     args = ap.parse_args()
-    draft, target = load_lm("draft"), load_lm("target")
+    draft, target = (load_lm(role, **OPTIONS[args.format]) for role in ("draft", "target"))
     print(describe(), flush=True)
     solve = verified_sd(target, draft, args.max_tokens)
     per: dict[int, list[float]] = {v: [] for v in args.vocab}

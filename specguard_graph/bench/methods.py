@@ -127,9 +127,11 @@ def assisted(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int,
 
 
 def verified_sd(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int, spec: StepSpec = SPEC,
-                k: int | None = None, lookup: int | None = None) -> Solve:  # fmt: skip
-    """`k`: proposals per target forward, `lookup`: looked-up tokens after them (None: the
-    engine's choice, `verify.proposals` and `verify.lookup_tokens`)."""
+                k: int | None = None, lookup: int | None = None,
+                more_if: float | None = None) -> Solve:  # fmt: skip
+    """`k`: proposals per target forward, `lookup`: looked-up tokens after them, `more_if`: the
+    draft's confidence to go on proposing (None: the engine's choice, `verify.proposals`,
+    `verify.lookup_tokens`, `verify.MORE_IF`)."""
     from ..models.base import shared_vocab
     from ..models.local.verify import verify_greedy
 
@@ -143,7 +145,7 @@ def verified_sd(target: LocalCausalLM, draft: LocalCausalLM, max_tokens: int, sp
         t0 = time.perf_counter()
         s, stats = verify_greedy(target, pcs[0], candidate=[], delimiter=NEVER, draft=draft,
                                  max_new_tokens=max_tokens, draft_pc=pcs[1], k=k,
-                                 lookup=lookup)  # fmt: skip
+                                 lookup=lookup, more_if=more_if)  # fmt: skip
         text = s.candidates[0].text
         return {"text": text, "answer": spec.extract_answer(text),
                 "latency_s": time.perf_counter() - t0, "tokens": s.candidates[0].n_tokens,

@@ -36,11 +36,13 @@ PROPOSAL_VOCAB = 0  # off: see the module doc; 32768 is FR-Spec's size
 
 
 def proposal_head(lm: Any) -> tuple[Int8WeightOnlyLinear | BlockLinear, torch.Tensor] | None:
-    """The reduced head and the token ids of its rows (None: the full head is used)."""
-    cached = getattr(lm, "_proposal_head", None)
+    """The reduced head and the token ids of its rows (None: the full head is used); built
+    once per size (a GGUF head's rows take seconds to gather: a probe alternating two sizes
+    must not pay that per run)."""
+    cached = lm.__dict__.setdefault("_proposal_heads", {})
     size = getattr(lm, "proposal_vocab", PROPOSAL_VOCAB)
-    if cached is not None and cached[0] == size:
-        return cached[1]
+    if size in cached:
+        return cached[size]
     head = lm.model.get_output_embeddings()
     found = None
     int8 = isinstance(head, Int8WeightOnlyLinear) and head.terms == 1
@@ -50,17 +52,24 @@ def proposal_head(lm: Any) -> tuple[Int8WeightOnlyLinear | BlockLinear, torch.Te
         keep = sorted(set(range(size)) | {i for i in special if i < head.out_features})
         ids = torch.tensor(keep)
         found = (head.rows(ids), ids)
-    lm._proposal_head = (size, found)
+    cached[size] = found
     return found
 
 
-def next_token(lm: Any, x: torch.Tensor, cache: Any) -> int:
-    """The draft's greedy proposal after feeding `x` on `cache` (the cache keeps `x`)."""
+def next_token(lm: Any, x: torch.Tensor, cache: Any) -> tuple[int, float]:
+    """The draft's greedy proposal after feeding `x` on `cache` (the cache keeps `x`), and the
+    probability the draft gives it (over the head's rows: `verify.propose` reads it as the
+    draft's confidence)."""
     found = proposal_head(lm)
     if found is None:
         out = lm.model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
-        return int(torch.nan_to_num(out.logits[0, -1].float(), nan=0.0).argmax())
+        return _best(torch.nan_to_num(out.logits[0, -1].float(), nan=0.0))
     head, ids = found
     hidden = lm.model.get_decoder()(input_ids=x, cache=cache, use_cache=True).last_hidden_state
-    logits = head(hidden[:, -1])[0]
-    return int(ids[int(torch.nan_to_num(logits.float(), nan=0.0).argmax())])
+    best, p = _best(torch.nan_to_num(head(hidden[:, -1])[0].float(), nan=0.0))
+    return int(ids[best]), p
+
+
+def _best(logits: torch.Tensor) -> tuple[int, float]:
+    best = int(logits.argmax())
+    return best, float(torch.softmax(logits, -1)[best])

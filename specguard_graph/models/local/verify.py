@@ -49,6 +49,10 @@ CANDIDATE_CHUNK = 3
 cost no draft forward, so the longer 4-row forward pays while the target keeps agreeing."""
 
 
+MORE_IF = 0.0
+"""`propose`'s `more_if` by default: the draft proposes `k` tokens whatever it gives them."""
+
+
 def proposals(target: LocalCausalLM) -> int:
     """Proposals per target forward on this engine: 1 on the project's kernel, where a forward
     of 2 rows costs what one of 1 row does and the draft's own forward is the cost to save
@@ -105,8 +109,11 @@ def can_verify(target: object) -> bool:
 
 
 @torch.inference_mode()
-def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int) -> list[int]:
-    """The draft's `k` greedy tokens after its context plus `after`; its cache keeps them.
+def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int,
+            more_if: float = 0.0) -> list[int]:  # fmt: skip
+    """The draft's greedy tokens after its context plus `after`, up to `k`: after each, another
+    only while the draft gives the last one a probability of at least `more_if` (a proposal
+    after a likely-rejected one is likely wasted); its cache keeps them.
 
     The tokens its cache lacks (the target's correction or bonus token, the last accepted
     proposal) go in the same forward that yields the first proposal: on this engine a forward
@@ -116,8 +123,11 @@ def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int)
         feed, out = [*draft.reuse(pc, ids[:-1]), ids[-1]], []
         pc.prefill_tokens += len(feed) - 1
         for _ in range(k):  # over the draft's frequent vocabulary (`draft_head`)
-            out.append(next_token(draft, torch.tensor([feed], device=draft.device), pc.cache))
-            feed = [out[-1]]
+            tok, p = next_token(draft, torch.tensor([feed], device=draft.device), pc.cache)
+            out.append(tok)
+            if p < more_if:
+                break
+            feed = [tok]
         pc.cache_ids = [*ids, *out[:-1]]
     pc.decode_tokens += len(out)
     return out
@@ -174,16 +184,16 @@ def verify_greedy(
     draft_pc: PrefixCache | None = None,
     k: int | None = None,
     lookup: int | None = None,
+    more_if: float | None = None,
 ) -> tuple[Sample, Verification]:
     """The target's greedy step after `pc.ids`, checked against `candidate` (target ids), then
-    `draft`'s proposals stretched by up to `lookup` looked-up tokens (None: the engine's choice);
-    as `target.sample(pc, n=1, temperature=0.0, fork=False)`'s Sample, bit for bit, and its cost."""
+    `draft`'s proposals (up to `k`; `propose`'s `more_if`) stretched by up to `lookup` looked-up
+    tokens (None: the engine's choice, `MORE_IF`); as `target.sample(pc, n=1, temperature=0.0,
+    fork=False)`'s Sample, bit for bit, and its cost."""
     k, lookup = _checked(target, pc, max_new_tokens, k, lookup, draft, draft_pc)
-    eos, watch = set(target.eos_ids), DelimiterWatch(target.piece, delimiter, 1)
-    gen: list[int] = []
-    lps: list[torch.Tensor] = []
-    stats = Verification(0, len(candidate), 0, 0, 0)
-    on_candidate, done, chunk = True, False, k
+    more, eos = MORE_IF if more_if is None else more_if, set(target.eos_ids)
+    watch, gen, lps = DelimiterWatch(target.piece, delimiter, 1), list[int](), list[torch.Tensor]()
+    stats, on_candidate, done, chunk = Verification(0, len(candidate), 0, 0, 0), True, False, k
     with target.lock:  # the context the cache lacks rides in the first checking forward
         pending = target.reuse(pc, pc.ids[:-1])
         stretch = Stretch(list(pc.ids), lookup if draft else 0)
@@ -193,7 +203,7 @@ def verify_greedy(
                 prop = list(candidate[len(gen) : len(gen) + min(chunk, room)])
             else:
                 on_candidate = False
-                prop = propose(draft, draft_pc, gen, min(k, room)) if draft and room else []
+                prop = propose(draft, draft_pc, gen, min(k, room), more) if draft and room else []
                 drafted = len(prop)  # then stretched where the context continues it
                 prop += stretch(prop, room - drafted)
                 stats.proposed += drafted
