@@ -76,6 +76,19 @@ def test_a_hooked_model_keeps_transformers_forward(tiny):
     assert "forward" not in model.model.layers[0].__dict__
 
 
+def test_a_lean_forward_that_differs_from_transformers_is_not_installed(tiny, monkeypatch):
+    """As after a transformers upgrade whose layer issues other ops: its own forward stays."""
+    model = copy.deepcopy(tiny.target.model)
+    lean_layers.uninstall(model)
+    rope = lean_layers._rope
+    monkeypatch.setattr(lean_layers, "_rope", lambda x, cos, sin: rope(x, cos, sin) * 1.0000001)
+    assert not lean_layers.agrees(model, model.model.layers[0])
+    assert not lean_layers.install(model)
+    assert all("forward" not in la.__dict__ for la in model.model.layers)
+    monkeypatch.setattr(lean_layers, "_rope", rope)
+    assert lean_layers.install(model)
+
+
 def _blocks(lin: nn.Linear, fmt: gguf.GGMLQuantizationType) -> BlockLinear:
     """`lin` as GGUF blocks of `fmt`, quantised by the gguf package."""
     raw = gguf.quants.quantize(lin.weight.detach().numpy(), fmt)

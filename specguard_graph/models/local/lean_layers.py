@@ -153,14 +153,31 @@ def eligible(model: nn.Module) -> bool:
 
 def install(model: nn.Module) -> bool:
     """Give each decoder layer of `model` the lean forward (bound, so a deepcopy of the model
-    runs its own copy); False, and nothing changed, where `eligible` says no."""
+    runs its own copy); False, with transformers' forward kept, where `eligible` says no or a
+    layer's lean forward does not give transformers' bits (`agrees`: a later transformers whose
+    layer issues other ops keeps its own forward instead of silently computing another one)."""
     if not eligible(model):
         return False
     for layer in model.model.layers:
         if "fused_proj" not in layer.self_attn._modules:
             _fuse(layer.self_attn)
+    if not all(agrees(model, layer) for layer in model.model.layers):
+        return False
+    for layer in model.model.layers:
         layer.forward = types.MethodType(lean_forward, layer)
     return True
+
+
+@torch.inference_mode()
+def agrees(model: nn.Module, layer: nn.Module) -> bool:
+    """Does `lean_forward` give `layer`'s own forward's bits on 3 random positions (no cache)?"""
+    weight = layer.input_layernorm.weight
+    gen = torch.Generator(device=weight.device).manual_seed(0)
+    h = torch.randn(1, 3, weight.shape[0], generator=gen, device=weight.device, dtype=weight.dtype)
+    pe = model.model.rotary_emb(h, torch.arange(3, device=h.device)[None])
+    theirs = type(layer).forward(layer, h, attention_mask=None, position_embeddings=pe)
+    ours = lean_forward(layer, h, attention_mask=None, position_embeddings=pe)
+    return isinstance(theirs, torch.Tensor) and torch.equal(theirs, ours)
 
 
 def uninstall(model: nn.Module) -> None:
