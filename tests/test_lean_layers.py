@@ -95,20 +95,38 @@ def _blocks(lin: nn.Linear, fmt: gguf.GGMLQuantizationType) -> BlockLinear:
     return BlockLinear(torch.from_numpy(raw), int(fmt), lin.in_features, lin.bias)
 
 
-@pytest.mark.parametrize("v_fmt", ["Q8_0", "Q5_0"])
+@pytest.mark.parametrize("v_fmt", ["Q8_0", "Q5_0", "int8"])
 def test_stacked_projections_compute_transformers_forward(v_fmt):
-    """q, k and v in one block type stack all three; v in another leaves it out."""
+    """q, k and v in one block type stack all three; v in another (or int8, where a file's
+    tensor is in no block format the kernel reads) leaves it out."""
     lm = tiny_lm(layers=2, hidden=64, heads=4, seed=3)
     q8 = gguf.GGMLQuantizationType.Q8_0
     for layer in lm.model.model.layers:
         at = layer.self_attn
         at.q_proj, at.k_proj = _blocks(at.q_proj, q8), _blocks(at.k_proj, q8)
-        at.v_proj = _blocks(at.v_proj, gguf.GGMLQuantizationType[v_fmt])
+        at.v_proj = (numerics.Int8WeightOnlyLinear(at.v_proj) if v_fmt == "int8"
+                     else _blocks(at.v_proj, gguf.GGMLQuantizationType[v_fmt]))  # fmt: skip
     lm = LocalCausalLM(lm.model, lm.tokenizer)
     assert [la.self_attn.fused_parts for la in lm.model.model.layers] == [
         3 if v_fmt == "Q8_0" else 2
     ] * 2
     _same_as_transformers(lm, lm.encode("Step 1: 48 / 2 = 24 clips in May. Step 2: 48 + 24 = 72."))
+
+
+def test_stack_refuses_parts_it_cannot_keep_bit_for_bit_and_leaves_them_as_they_were():
+    lin = tiny_lm(layers=1, hidden=64, heads=4, seed=3).model.model.layers[0].self_attn
+    q8, q5 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q5_0
+    q, k = _blocks(lin.q_proj, q8), _blocks(lin.k_proj, q8)
+    before = [p.panels for p in (q, k)]
+    with pytest.raises(ValueError, match="one block type"):
+        BlockLinear.stack([q, _blocks(lin.v_proj, q5)])
+    with pytest.raises(ValueError, match="one block type"):  # one bias and one none
+        BlockLinear.stack([q, BlockLinear(k.codes(), int(q8), k.in_features)])
+    assert all(p.panels is b for p, b in zip((q, k), before, strict=True))
+    stacked = BlockLinear.stack([q, k])
+    x = torch.randn(3, q.in_features)
+    assert torch.equal(stacked(x), torch.cat([q(x), k(x)], dim=-1))
+    assert q.panels.data_ptr() == stacked.panels.data_ptr()
 
 
 @pytest.fixture(scope="module")

@@ -98,34 +98,19 @@ def lean_forward(
 
 
 def _fuse(at: nn.Module) -> None:
-    """Stack q, k (and v, where its blocks are the same type) into `at.fused_proj`; the
-    projections keep views of the stacked panels (no second copy)."""
-    parts = [at.q_proj, at.k_proj, at.v_proj]
-    if not all(type(p) is BlockLinear for p in parts[:2]):
+    """Stack q, k (and v, where its blocks are the same type) into `at.fused_proj`
+    (`BlockLinear.stack`: the projections keep views of the stacked panels)."""
+    q, k, v = at.q_proj, at.k_proj, at.v_proj
+    if not (type(q) is BlockLinear and type(k) is BlockLinear):
         return
-    if parts[2].fmt != parts[0].fmt or type(parts[2]) is not BlockLinear:
-        parts = parts[:2]
-    if len({(p.fmt, p.isa, p.in_features) for p in parts}) > 1:
+    parts = [q, k, v] if type(v) is BlockLinear and v.fmt == q.fmt else [q, k]
+    if any(p.out_features % at.head_dim for p in parts):
         return
-    if any(p.out_features % 8 or p.out_features % at.head_dim for p in parts):
-        return  # a padded panel would put zero outputs between the parts
-    if len({p.bias is None for p in parts}) > 1:
-        return  # a zero bias added to -0.0 gives +0.0: not the part's own bits
-    panels = torch.cat([p.panels for p in parts])
-    fused = BlockLinear.__new__(BlockLinear)
-    nn.Module.__init__(fused)
-    fused._kernel, fused.fmt, fused.isa = parts[0]._kernel, parts[0].fmt, parts[0].isa
-    fused.in_features, fused.out_features = parts[0].in_features, panels.shape[0] * 8
-    fused.register_buffer("panels", panels)
-    fused.bias = None
-    if parts[0].bias is not None:
-        fused.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), False)
-    start = 0
-    for p in parts:  # the parts read their rows of the stacked panels
-        n = p.panels.shape[0]
-        p.panels = panels[start : start + n]
-        start += n
-    at.fused_proj, at.fused_parts = fused, len(parts)
+    try:  # a zero bias added to -0.0 gives +0.0, and a padded panel puts zeros between parts
+        at.fused_proj = BlockLinear.stack(parts)
+    except ValueError:
+        return
+    at.fused_parts = len(parts)
 
 
 def eligible(model: nn.Module) -> bool:

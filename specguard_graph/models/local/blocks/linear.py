@@ -77,6 +77,31 @@ class BlockLinear(nn.Module):
         y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         return y if self.bias is None else y + self.bias
 
+    @classmethod
+    def stack(cls, parts: list[BlockLinear]) -> BlockLinear:
+        """One layer whose outputs are `parts`' outputs in order, each the same sum as in its
+        part; the parts then read their rows of its panels (views: no second copy)."""
+        if len({(p.fmt, p.isa, p.in_features, p.bias is None) for p in parts}) > 1:
+            raise ValueError("stacked parts need one block type, copy, width and bias use")
+        if any(p.out_features % panels.LANES for p in parts):
+            raise ValueError(f"stacked parts need whole panels ({panels.LANES} outputs each)")
+        rows = torch.cat([p.panels for p in parts])
+        out = cls.__new__(cls)
+        nn.Module.__init__(out)
+        first = parts[0]
+        out._kernel, out.fmt, out.isa, out.in_features = (first._kernel, first.fmt, first.isa,
+                                                          first.in_features)  # fmt: skip
+        out.out_features = sum(p.out_features for p in parts)
+        out.register_buffer("panels", rows)
+        out.bias = None
+        if first.bias is not None:
+            out.bias = nn.Parameter(torch.cat([p.bias.detach() for p in parts]), False)
+        start = 0
+        for p in parts:
+            n = p.panels.shape[0]
+            p.panels, start = rows[start : start + n], start + n
+        return out
+
     def codes(self) -> panels.Codes:
         """The weight's integer codes and scales, read back from the kernel's layout."""
         return panels.from_panels(self.fmt, self.panels.numpy(), self.out_features)
