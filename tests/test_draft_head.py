@@ -43,7 +43,7 @@ def test_a_proposal_comes_from_the_kept_tokens_and_matches_the_full_argmax_there
     logits = full.logits[0, -1]
     draft.proposal_vocab = 100
     _, kept = proposal_head(draft)
-    got, p = next_token(draft, x, new_cache(draft.model.config))
+    got, p = next_token(draft, x, new_cache(draft.model.config), sure=True)
     assert got == int(kept[logits[kept].argmax()])
     assert p == pytest.approx(float(torch.softmax(logits[kept].float(), -1).max()), rel=1e-5)
 

@@ -106,7 +106,7 @@ def test_the_draft_proposes_past_a_token_only_while_it_is_sure_of_it(base):
     want, _ = rewrite(target, prompt, NEVER, 40)
     cache, feed, greedy = new_cache(draft.model.config), draft.encode(prompt), []
     for _ in range(6):  # the draft's greedy tokens and the probability it gives each
-        greedy.append(next_token(draft, torch.tensor([feed]), cache))
+        greedy.append(next_token(draft, torch.tensor([feed]), cache, sure=True))
         feed = [greedy[-1][0]]
     probs = sorted(p for _, p in greedy[:5])
     for more_if in (0.0, probs[1], probs[3], 1.01):

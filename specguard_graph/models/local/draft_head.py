@@ -56,20 +56,22 @@ def proposal_head(lm: Any) -> tuple[Int8WeightOnlyLinear | BlockLinear, torch.Te
     return found
 
 
-def next_token(lm: Any, x: torch.Tensor, cache: Any) -> tuple[int, float]:
-    """The draft's greedy proposal after feeding `x` on `cache` (the cache keeps `x`), and the
-    probability the draft gives it (over the head's rows: `verify.propose` reads it as the
-    draft's confidence)."""
+def next_token(
+    lm: Any, x: torch.Tensor, cache: Any, sure: bool = False
+) -> tuple[int, float | None]:
+    """The draft's greedy proposal after feeding `x` on `cache` (the cache keeps `x`), and,
+    with `sure`, the probability the draft gives it (over the head's rows: `verify.propose`
+    reads it as the draft's confidence; a softmax over the vocabulary, so only when asked)."""
     found = proposal_head(lm)
     if found is None:
         out = lm.model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
-        return _best(torch.nan_to_num(out.logits[0, -1].float(), nan=0.0))
+        return _best(torch.nan_to_num(out.logits[0, -1].float(), nan=0.0), sure)
     head, ids = found
     hidden = lm.model.get_decoder()(input_ids=x, cache=cache, use_cache=True).last_hidden_state
-    best, p = _best(torch.nan_to_num(head(hidden[:, -1])[0].float(), nan=0.0))
+    best, p = _best(torch.nan_to_num(head(hidden[:, -1])[0].float(), nan=0.0), sure)
     return int(ids[best]), p
 
 
-def _best(logits: torch.Tensor) -> tuple[int, float]:
+def _best(logits: torch.Tensor, sure: bool) -> tuple[int, float | None]:
     best = int(logits.argmax())
-    return best, float(torch.softmax(logits, -1)[best])
+    return best, float(torch.softmax(logits, -1)[best]) if sure else None

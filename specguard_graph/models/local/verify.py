@@ -123,9 +123,10 @@ def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int,
         feed, out = [*draft.reuse(pc, ids[:-1]), ids[-1]], []
         pc.prefill_tokens += len(feed) - 1
         for _ in range(k):  # over the draft's frequent vocabulary (`draft_head`)
-            tok, p = next_token(draft, torch.tensor([feed], device=draft.device), pc.cache)
+            x = torch.tensor([feed], device=draft.device)
+            tok, p = next_token(draft, x, pc.cache, sure=more_if > 0)
             out.append(tok)
-            if p < more_if:
+            if p is not None and p < more_if:
                 break
             feed = [tok]
         pc.cache_ids = [*ids, *out[:-1]]
@@ -134,8 +135,10 @@ def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int,
 
 
 def _checked(target: LocalCausalLM, pc: PrefixCache, max_new_tokens: int, k: int | None,
-             lookup: int | None, draft: object, draft_pc: object) -> tuple[int, int]:  # fmt: skip
-    """`verify_greedy`'s arguments checked, and k and lookup resolved for this engine."""
+             lookup: int | None, more_if: float | None, draft: object,
+             draft_pc: object) -> tuple[int, int, float]:  # fmt: skip
+    """`verify_greedy`'s arguments checked, and k, lookup and more_if resolved for this engine."""
+    more_if = MORE_IF if more_if is None else more_if
     k = proposals(target) if k is None else k
     lookup = lookup_tokens(target) if lookup is None else lookup
     if k < 1:
@@ -145,7 +148,7 @@ def _checked(target: LocalCausalLM, pc: PrefixCache, max_new_tokens: int, k: int
     if (draft is None) != (draft_pc is None):
         raise ValueError("draft and draft_pc come together")
     target._check_window(pc, max_new_tokens)
-    return k, lookup
+    return k, lookup, more_if
 
 
 class Stretch:
@@ -187,12 +190,12 @@ def verify_greedy(
     more_if: float | None = None,
 ) -> tuple[Sample, Verification]:
     """The target's greedy step after `pc.ids`, checked against `candidate` (target ids), then
-    `draft`'s proposals (up to `k`; `propose`'s `more_if`) stretched by up to `lookup` looked-up
-    tokens (None: the engine's choice, `MORE_IF`); as `target.sample(pc, n=1, temperature=0.0,
-    fork=False)`'s Sample, bit for bit, and its cost."""
-    k, lookup = _checked(target, pc, max_new_tokens, k, lookup, draft, draft_pc)
-    more, eos = MORE_IF if more_if is None else more_if, set(target.eos_ids)
-    watch, gen, lps = DelimiterWatch(target.piece, delimiter, 1), list[int](), list[torch.Tensor]()
+    `draft`'s proposals (`propose`) stretched by up to `lookup` looked-up tokens (None: the
+    engine's choice): `target.sample(pc, n=1, temperature=0.0)`'s Sample bit for bit, its cost."""
+    k, lookup, more = _checked(target, pc, max_new_tokens, k, lookup, more_if, draft, draft_pc)
+    eos, watch = set(target.eos_ids), DelimiterWatch(target.piece, delimiter, 1)
+    gen: list[int] = []
+    lps: list[torch.Tensor] = []
     stats, on_candidate, done, chunk = Verification(0, len(candidate), 0, 0, 0), True, False, k
     with target.lock:  # the context the cache lacks rides in the first checking forward
         pending = target.reuse(pc, pc.ids[:-1])
