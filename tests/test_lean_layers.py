@@ -36,8 +36,14 @@ def _feedings(model: nn.Module, ids: list[int]) -> list[torch.Tensor]:
     return out + [r for layer in sorted(layers) for r in cap.rows[layer]]
 
 
-def _same_as_transformers(lm: LocalCausalLM, ids: list[int]) -> None:
+def _glued(model: nn.Module) -> list[bool]:
+    """Which layers run the C++ glue (`kernels/layer.cpp`) between their kernel calls."""
+    return [la.__dict__.get("_glue") is not None for la in model.model.layers]
+
+
+def _same_as_transformers(lm: LocalCausalLM, ids: list[int], glued: bool = True) -> None:
     assert lm.lean, "the model was not made lean"
+    assert _glued(lm.model) == [glued] * len(lm.model.model.layers)
     lean = _feedings(lm.model, ids)
     lean_layers.uninstall(lm.model)
     try:
@@ -49,11 +55,16 @@ def _same_as_transformers(lm: LocalCausalLM, ids: list[int]) -> None:
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("fmt", ["none", "int8"])
-def test_lean_layers_compute_transformers_forward_bit_for_bit(tiny, fmt):
-    base = tiny.target
+@pytest.mark.parametrize(("fmt", "hidden", "glued"), [
+    ("none", 0, False),  # torch's Linears: the Python ops
+    ("int8", 0, False),  # int8 rows padded to whole blocks: the Python ops
+    ("int8", 128, True),  # every projection whole blocks: the C++ glue, q, k and v apart
+])  # fmt: skip
+def test_lean_layers_compute_transformers_forward_bit_for_bit(tiny, fmt, hidden, glued):
+    base = tiny_lm(layers=2, hidden=hidden, heads=4, seed=5) if hidden else tiny.target
     lm = LocalCausalLM(numerics.apply(copy.deepcopy(base.model), fmt, "cpu"), base.tokenizer)
-    _same_as_transformers(lm, lm.encode("Natalia sold 48 clips in April and half as many in May."))
+    ids = lm.encode("Natalia sold 48 clips in April and half as many in May.")
+    _same_as_transformers(lm, ids, glued=glued)
 
 
 def test_a_copy_of_a_lean_model_runs_its_own_layers(tiny):
@@ -99,13 +110,15 @@ def _blocks(lin: nn.Linear, fmt: gguf.GGMLQuantizationType) -> BlockLinear:
 def test_stacked_projections_compute_transformers_forward(v_fmt):
     """q, k and v in one block type stack all three; v in another (or int8, where a file's
     tensor is in no block format the kernel reads) leaves it out."""
-    lm = tiny_lm(layers=2, hidden=64, heads=4, seed=3)
+    lm = tiny_lm(layers=2, hidden=128, heads=4, seed=3)
     q8 = gguf.GGMLQuantizationType.Q8_0
     for layer in lm.model.model.layers:
         at = layer.self_attn
         at.q_proj, at.k_proj = _blocks(at.q_proj, q8), _blocks(at.k_proj, q8)
         at.v_proj = (numerics.Int8WeightOnlyLinear(at.v_proj) if v_fmt == "int8"
                      else _blocks(at.v_proj, gguf.GGMLQuantizationType[v_fmt]))  # fmt: skip
+        at.o_proj = _blocks(at.o_proj, q8)  # and the rest in blocks: the C++ glue runs them
+        layer.mlp = numerics.GatedMLP(layer.mlp, lambda name, lin: _blocks(lin, q8))
     lm = LocalCausalLM(lm.model, lm.tokenizer)
     assert [la.self_attn.fused_parts for la in lm.model.model.layers] == [
         3 if v_fmt == "Q8_0" else 2
@@ -148,3 +161,53 @@ def test_the_gguf_draft_stacks_q_and_k_and_computes_transformers_forward(draft_g
             start += p.panels.nbytes
     ids = lm.encode("Benny saw a 10-foot shark with 2 6-inch remoras attached to it. " * 3)
     _same_as_transformers(lm, ids)
+
+
+@pytest.fixture(scope="module")
+def glued_int8():
+    base = tiny_lm(layers=2, hidden=128, heads=4, seed=5)
+    return LocalCausalLM(numerics.apply(base.model, "int8", "cpu"), base.tokenizer)
+
+
+def test_a_copy_of_a_glued_model_runs_its_own_weights(glued_int8):
+    """The glue holds the layer's tensors; a deepcopy's glue must hold the copy's."""
+    lm = glued_int8
+    clone = copy.deepcopy(lm.model)
+    assert _glued(clone) == [True, True]
+    o = clone.model.layers[0].self_attn.o_proj
+    assert any(t is o.scale32 for t in clone.model.layers[0]._glue.post[0])
+    x = torch.tensor([lm.encode("How many clips?")])
+    with torch.inference_mode():
+        before = lm.model(input_ids=x).logits
+        o.scale32.mul_(2.0)
+        assert not torch.equal(clone(input_ids=x).logits, before)
+        assert torch.equal(lm.model(input_ids=x).logits, before)
+
+
+def test_glue_that_differs_from_transformers_is_not_installed(glued_int8, monkeypatch):
+    """A C++ glue that rounds one op differently fails the check at load: no lean layers."""
+    model = copy.deepcopy(glued_int8.model)
+    lean_layers.uninstall(model)
+    make = lean_layers._glue
+
+    class Off:  # the kernel, with layer_post's output one ulp-ish off
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getattr__(self, name):
+            return getattr(self.kernel, name)
+
+        def layer_post(self, *args):
+            return self.kernel.layer_post(*args) * 1.0000001
+
+    def off(layer):
+        glue = make(layer)
+        return lean_layers.Glue(Off(glue.kernel), glue.pre, glue.post)
+
+    monkeypatch.setattr(lean_layers, "_glue", off)
+    assert not lean_layers.install(model)
+    assert all("forward" not in la.__dict__ and "_glue" not in la.__dict__
+               for la in model.model.layers)  # fmt: skip
+    monkeypatch.setattr(lean_layers, "_glue", make)
+    assert lean_layers.install(model)
+    assert _glued(model) == [True, True]

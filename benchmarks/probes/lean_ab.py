@@ -1,13 +1,14 @@
-"""transformers' decoder-layer forward against the lean one (`lean_layers.py`), interleaved.
+"""transformers' decoder-layer forward against the lean one (`lean_layers.py`), interleaved:
+its Python ops, and its ops issued from C++ (`kernels/layer.cpp`).
 
     .venv/bin/python benchmarks/probes/lean_ab.py --model draft --format gguf --rows 1,2,4
     .venv/bin/python benchmarks/probes/lean_ab.py --model target --format int8 --rounds 15
 
 Whole forwards of an embedded model after a 400-token cache, then m tokens: each round runs
-transformers' forward and the lean one back to back on the same cache (a decode is 1 row, a
-verification 2-4). Before timing, the two must give the same logits at every row count: the
-lean forward issues the same ops, so only the time may differ. Prints the median per forward
-and the lean/transformers ratio.
+transformers' forward and the two lean ones back to back on the same cache (a decode is 1 row, a
+verification 2-4). Before timing, all must give the same logits at every row count: the
+lean forwards issue the same ops, so only the time may differ. Prints the median per forward
+and the lean/transformers ratios.
 """
 
 from __future__ import annotations
@@ -47,7 +48,17 @@ def main() -> None:
         raise SystemExit(f"{args.model} in {args.format}: its layers cannot be made lean")
     model = lm.model
     ids = prompt_ids(lm, 400 + max(rows))
-    ways = {"transformers": lean_layers.uninstall, "lean": lean_layers.install}
+    glues = [la.__dict__.get("_glue") for la in model.model.layers]
+    if not all(glues):
+        raise SystemExit(f"{args.model} in {args.format}: not every layer runs the C++ glue")
+
+    def lean(glue: bool) -> None:
+        lean_layers.install(model)
+        for la, g in zip(model.model.layers, glues, strict=True):
+            la.__dict__["_glue"] = g if glue else None
+
+    ways = {"transformers": lean_layers.uninstall, "python": lambda m: lean(False),
+            "glue": lambda m: lean(True)}  # fmt: skip
     times: dict[tuple[str, int], list[float]] = {(w, m): [] for w in ways for m in rows}
     with torch.inference_mode():
         cache = new_cache(model.config)
@@ -63,18 +74,19 @@ def main() -> None:
                     if r:
                         times[way, m].append(time.perf_counter() - t0)
                     cache.crop(-m)
-                if not r and not torch.equal(logits["transformers"], logits["lean"]):
-                    raise SystemExit(f"{m} rows: the lean forward's logits differ")
-    lean_layers.install(model)
-    print(f"bits: the lean forward's logits equal transformers' at every row count {rows}")
+                if not r and not all(torch.equal(logits["transformers"], v)
+                                     for v in logits.values()):  # fmt: skip
+                    raise SystemExit(f"{m} rows: a lean forward's logits differ")
+    lean(True)
+    print(f"bits: the lean forwards' logits equal transformers' at every row count {rows}")
     med = {key: statistics.median(v) * 1000 for key, v in times.items()}
     print(f"\nms per {args.model} forward in {args.format} (a 400-token cache, then m tokens), "
           f"median of {args.rounds} interleaved rounds")  # fmt: skip
-    print("| rows | transformers ms | lean ms | lean / transformers |")
-    print("|---|---|---|---|")
+    print("| rows | transformers ms | lean, Python ops ms | lean, C++ glue ms | Python / "
+          "transformers | glue / transformers |\n|---|---|---|---|---|---|")  # fmt: skip
     for m in rows:
-        t, lean = med["transformers", m], med["lean", m]
-        print(f"| {m} | {t:.2f} | {lean:.2f} | {lean / t:.3f} |")
+        t, py, glue = med["transformers", m], med["python", m], med["glue", m]
+        print(f"| {m} | {t:.2f} | {py:.2f} | {glue:.2f} | {py / t:.3f} | {glue / t:.3f} |")
 
 
 if __name__ == "__main__":

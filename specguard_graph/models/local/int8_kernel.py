@@ -37,7 +37,7 @@ import torch
 
 SOURCES = tuple(
     Path(__file__).with_name("kernels") / f
-    for f in ("int8_gemm.cpp", "attention.cpp", "block_gemm.cpp")
+    for f in ("int8_gemm.cpp", "attention.cpp", "block_gemm.cpp", "layer.cpp")
 )
 INCLUDES = tuple(  # read by block_gemm.cpp and attention.cpp
     Path(__file__).with_name("kernels") / f
@@ -50,7 +50,8 @@ INCLUDES = tuple(  # read by block_gemm.cpp and attention.cpp
     )
 )
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
-FUNCTIONS = ["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_isa"]
+FUNCTIONS = ["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_isa", "layer_pre",
+             "layer_post"]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple
 
 
@@ -146,3 +147,18 @@ def torch_kernel() -> Iterator[None]:
 def current() -> ModuleType | None:
     """The kernel a layer quantised now should use: ours, or None for torch's."""
     return None if _TORCH_ONLY.get() else load()
+
+
+class UsesKernel:
+    """A layer that may call the compiled kernel keeps whether it does, not the module object:
+    a Python module cannot be deep-copied, and a model's copy must run the same kernel."""
+
+    _ours = False
+
+    @property
+    def _kernel(self) -> ModuleType | None:
+        return load() if self._ours else None
+
+    @_kernel.setter
+    def _kernel(self, kernel: ModuleType | None) -> None:
+        self._ours = kernel is not None

@@ -13,21 +13,29 @@ its block type matches) also run as one kernel call over their stacked panels: e
 its own fixed sum, so each is the same bits as in its own layer, and the per-call cost is paid
 once. The stacked panels are the only copy: the projections keep views of them.
 
+Where every projection of a layer runs one of the project's kernels (GGUF blocks, or int8
+rows in whole blocks) the ops between the kernel calls are issued from C++ instead
+(`kernels/layer.cpp`, `Glue`): the same ATen ops in the same order, so the same bits again,
+without the interpreter and the Python bindings around each (the cache update and the
+attention stay here). The check at load runs what will run: the glue where there is one.
+
 Measured (`benchmarks/probes/lean_ab.py`, docs/numerics.md): a one-token forward on the GGUF
-blocks at 0.94x (draft) and 0.89x (target) transformers' layers' time.
+blocks at 0.94x (draft) and 0.89x (target) transformers' layers' time with the Python ops.
 """
 
 from __future__ import annotations
 
+import copy
 import types
 from typing import Any
 
 import torch
 from torch import nn
 
+from . import int8_kernel, numerics
 from .blocks.linear import BlockLinear
 from .capture import ATTN_IMPLEMENTATION, capture_attention_forward
-from .numerics import GatedMLP
+from .numerics import GatedMLP, Int8WeightOnlyLinear
 
 LAYERS = ("Qwen2DecoderLayer",)
 """Decoder layer classes whose forward `lean_forward` reproduces op for op."""
@@ -69,6 +77,13 @@ def lean_forward(
 ) -> torch.Tensor:
     """`Qwen2DecoderLayer.forward` (bound to a layer by `install`)."""
     at = self.self_attn
+    glue = self.__dict__.get("_glue")
+    if glue is not None and not numerics.ROUND_ACTIVATIONS:
+        q, k, v = glue.kernel.layer_pre(hidden_states, *position_embeddings, *glue.pre)
+        if cache is not None:
+            k, v = cache.update(k, v, at.layer_idx)
+        out, _ = capture_attention_forward(at, q, k, v, attention_mask, scaling=at.scaling)
+        return glue.kernel.layer_post(out, hidden_states, *glue.post)
     residual = hidden_states
     x = _rms(self.input_layernorm, hidden_states)
     shape = (*x.shape[:-1], -1, at.head_dim)
@@ -95,6 +110,59 @@ def lean_forward(
     residual = hidden_states
     x = _rms(self.post_attention_layernorm, hidden_states)
     return residual + _mlp(self.mlp, x)
+
+
+_NONE = torch.empty(0)
+
+
+class Glue:
+    """A layer's arguments for the kernel's `layer_pre`/`layer_post` (`kernels/layer.cpp`: the
+    lean forward's ops between the kernel calls, issued from C++), or why there are none."""
+
+    def __init__(self, kernel: Any, pre: tuple, post: tuple):
+        self.kernel, self.pre, self.post = kernel, pre, post
+
+    def __deepcopy__(self, memo: dict) -> Glue:
+        """The copy holds the copied model's tensors (one memo) and the same compiled kernel
+        (a module cannot be copied)."""
+        return Glue(self.kernel, copy.deepcopy(self.pre, memo), copy.deepcopy(self.post, memo))
+
+
+def _proj(lin: nn.Module) -> tuple[list[torch.Tensor], list[int]] | None:
+    """A projection as the C++ glue takes it, where it runs one of the project's kernels."""
+    bias = _NONE if lin.bias is None else lin.bias
+    if type(lin) is BlockLinear:
+        return [lin.panels, _NONE, bias], [lin.fmt, lin.out_features, lin.isa]
+    if type(lin) is Int8WeightOnlyLinear and lin._direct:
+        return [lin.weight_blocks, lin.scale32, bias], [-1, lin.out_features, 0]
+    return None
+
+
+def _glue(layer: nn.Module) -> Glue | None:
+    """`layer`'s glue arguments, or None where its parts are not all the project's kernels."""
+    at, mlp, kernel = layer.self_attn, layer.mlp, int8_kernel.load()
+    if kernel is None or not hasattr(kernel, "layer_pre") or type(mlp) is not GatedMLP:
+        return None
+    if type(mlp.act_fn).__name__ not in ("SiLU", "SiLUActivation"):
+        return None
+    fused = at._modules.get("fused_proj")
+    parts = at.fused_parts if fused is not None else 1
+    pre_lins = [fused] if fused is not None else [at.q_proj, at.k_proj]
+    pre_lins += [at.v_proj] if parts == 2 or fused is None else []
+    projs = [_proj(p) for p in [*pre_lins, at.o_proj, mlp.gate_up, mlp.down_proj]]
+    if any(p is None for p in projs):
+        return None
+    heads = [at.head_dim, at.q_proj.out_features // at.head_dim]
+    heads += [at.k_proj.out_features // at.head_dim, parts]
+    n = len(pre_lins)
+    pre_t = [layer.input_layernorm.weight] + [t for p in projs[:n] for t in p[0]]
+    pre_i = heads + [i for p in projs[:n] for i in p[1]]
+    o, gu, down = projs[n:]
+    post_t = [*o[0], layer.post_attention_layernorm.weight, *gu[0], *down[0]]
+    post_i = [mlp.intermediate, *o[1], *gu[1], *down[1]]
+    pre = (pre_t, pre_i, float(layer.input_layernorm.variance_epsilon))
+    post = (post_t, post_i, float(layer.post_attention_layernorm.variance_epsilon))
+    return Glue(kernel, pre, post)
 
 
 def _fuse(at: nn.Module) -> None:
@@ -146,7 +214,9 @@ def install(model: nn.Module) -> bool:
     for layer in model.model.layers:
         if "fused_proj" not in layer.self_attn._modules:
             _fuse(layer.self_attn)
+        layer.__dict__["_glue"] = _glue(layer)
     if not all(agrees(model, layer) for layer in model.model.layers):
+        uninstall(model)
         return False
     for layer in model.model.layers:
         layer.forward = types.MethodType(lean_forward, layer)
@@ -169,3 +239,4 @@ def uninstall(model: nn.Module) -> None:
     """Back to transformers' forward (the stacked projections stay: they compute the same)."""
     for layer in getattr(getattr(model, "model", None), "layers", []):
         layer.__dict__.pop("forward", None)
+        layer.__dict__.pop("_glue", None)

@@ -48,7 +48,7 @@ def _int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.to(torch.int8), scale
 
 
-class Int8WeightOnlyLinear(nn.Module):
+class Int8WeightOnlyLinear(int8_kernel.UsesKernel, nn.Module):
     """A Linear with int8 weights, one scale per output channel; row-invariant by construction.
 
     With `terms=2` the rounding error of the first int8 matrix is itself stored as a second one

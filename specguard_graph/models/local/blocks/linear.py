@@ -37,7 +37,7 @@ def kernel_copy(isa: int) -> Iterator[None]:
         _COPY.reset(token)
 
 
-class BlockLinear(nn.Module):
+class BlockLinear(int8_kernel.UsesKernel, nn.Module):
     """A Linear whose weight is a GGUF tensor's blocks, eight outputs interleaved
     (`panels.py`); row-invariant by construction (`kernels/block_gemm.cpp`)."""
 
