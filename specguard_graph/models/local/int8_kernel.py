@@ -50,8 +50,16 @@ INCLUDES = tuple(  # read by block_gemm.cpp and attention.cpp
     )
 )
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
-FUNCTIONS = ["pack", "mm", "attention", "block_mm", "block_row_bytes", "block_isa", "layer_pre",
-             "layer_post"]
+FUNCTIONS = [
+    "pack",
+    "mm",
+    "attention",
+    "block_mm",
+    "block_row_bytes",
+    "block_isa",
+    "layer_pre",
+    "layer_post",
+]
 BLOCK = 64  # output channels per packed block: the weight's rows are padded to a multiple
 
 
