@@ -1,6 +1,7 @@
 """The project's CPU kernels, compiled once per machine: the row-invariant int8 matmul
 (`kernels/int8_gemm.cpp`), the row-invariant matmul over GGUF blocks (`kernels/block_gemm.cpp`,
-used by `blocks/`) and fixed-order attention (`kernels/attention.cpp`).
+used by `blocks/`), fixed-order attention (`kernels/attention.cpp`) and the decoder layers'
+ops between those calls (`kernels/layer.cpp`, used by `lean_layers.py`).
 
 Why a matmul of our own: torch's weight-only int8 kernel runs every row count through one small
 tile, so a 400-token prefill ran at about half of what two AVX2 cores do and a decode below the
@@ -104,8 +105,7 @@ def build_dir() -> Path:
 
 @functools.cache
 def load() -> ModuleType | None:
-    """The compiled kernel module (`pack`, `mm`, `attention`, `block_mm`, `block_row_bytes`,
-    `block_isa`), or None where it cannot run or build."""
+    """The compiled kernel module (`FUNCTIONS`), or None where it cannot run or build."""
     if not supported():
         return None
     from torch.utils.cpp_extension import load_inline
