@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from specguard_graph.models.loading import load_lm
-from specguard_graph.models.local import lean_layers, numerics
+from specguard_graph.models.local import int8_kernel, lean_layers, numerics
 from specguard_graph.models.local.blocks import BlockLinear
 from specguard_graph.models.local.capture import capture_attention
 from specguard_graph.models.local.hf import LocalCausalLM
@@ -175,7 +175,7 @@ def test_a_copy_of_a_glued_model_runs_its_own_weights(glued_int8):
     clone = copy.deepcopy(lm.model)
     assert _glued(clone) == [True, True]
     o = clone.model.layers[0].self_attn.o_proj
-    assert any(t is o.scale32 for t in clone.model.layers[0]._glue.post[0])
+    assert any(t is o.scale32 for t in clone.model.layers[0]._glue[1][0])
     x = torch.tensor([lm.encode("How many clips?")])
     with torch.inference_mode():
         before = lm.model(input_ids=x).logits
@@ -188,26 +188,19 @@ def test_glue_that_differs_from_transformers_is_not_installed(glued_int8, monkey
     """A C++ glue that rounds one op differently fails the check at load: no lean layers."""
     model = copy.deepcopy(glued_int8.model)
     lean_layers.uninstall(model)
-    make = lean_layers._glue
+    kernel = int8_kernel.load()
 
     class Off:  # the kernel, with layer_post's output one ulp-ish off
-        def __init__(self, kernel):
-            self.kernel = kernel
-
         def __getattr__(self, name):
-            return getattr(self.kernel, name)
+            return getattr(kernel, name)
 
         def layer_post(self, *args):
-            return self.kernel.layer_post(*args) * 1.0000001
+            return kernel.layer_post(*args) * 1.0000001
 
-    def off(layer):
-        glue = make(layer)
-        return lean_layers.Glue(Off(glue.kernel), glue.pre, glue.post)
-
-    monkeypatch.setattr(lean_layers, "_glue", off)
+    monkeypatch.setattr(int8_kernel, "load", Off)
     assert not lean_layers.install(model)
     assert all("forward" not in la.__dict__ and "_glue" not in la.__dict__
                for la in model.model.layers)  # fmt: skip
-    monkeypatch.setattr(lean_layers, "_glue", make)
+    monkeypatch.undo()
     assert lean_layers.install(model)
     assert _glued(model) == [True, True]

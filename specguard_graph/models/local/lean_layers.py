@@ -15,7 +15,7 @@ once. The stacked panels are the only copy: the projections keep views of them.
 
 Where every projection of a layer runs one of the project's kernels (GGUF blocks, or int8
 rows in whole blocks) the ops between the kernel calls are issued from C++ instead
-(`kernels/layer.cpp`, `Glue`): the same ATen ops in the same order, so the same bits again,
+(`kernels/layer.cpp`, `_glue`): the same ATen ops in the same order, so the same bits again,
 without the interpreter and the Python bindings around each (the cache update and the
 attention stay here). The check at load runs what will run: the glue where there is one.
 
@@ -26,7 +26,6 @@ blocks at 0.76x (draft) and 0.87x (target) transformers' layers' time with the g
 
 from __future__ import annotations
 
-import copy
 import types
 from typing import Any
 
@@ -80,11 +79,12 @@ def lean_forward(
     at = self.self_attn
     glue = self.__dict__.get("_glue")
     if glue is not None and not numerics.ROUND_ACTIVATIONS:
-        q, k, v = glue.kernel.layer_pre(hidden_states, *position_embeddings, *glue.pre)
+        kernel, (pre, post) = int8_kernel.load(), glue
+        q, k, v = kernel.layer_pre(hidden_states, *position_embeddings, *pre)
         if cache is not None:
             k, v = cache.update(k, v, at.layer_idx)
         out, _ = capture_attention_forward(at, q, k, v, attention_mask, scaling=at.scaling)
-        return glue.kernel.layer_post(out, hidden_states, *glue.post)
+        return kernel.layer_post(out, hidden_states, *post)
     residual = hidden_states
     x = _rms(self.input_layernorm, hidden_states)
     shape = (*x.shape[:-1], -1, at.head_dim)
@@ -113,20 +113,7 @@ def lean_forward(
     return residual + _mlp(self.mlp, x)
 
 
-_NONE = torch.empty(0)
-
-
-class Glue:
-    """A layer's arguments for the kernel's `layer_pre`/`layer_post` (`kernels/layer.cpp`: the
-    lean forward's ops between the kernel calls, issued from C++), or why there are none."""
-
-    def __init__(self, kernel: Any, pre: tuple, post: tuple):
-        self.kernel, self.pre, self.post = kernel, pre, post
-
-    def __deepcopy__(self, memo: dict) -> Glue:
-        """The copy holds the copied model's tensors (one memo) and the same compiled kernel
-        (a module cannot be copied)."""
-        return Glue(self.kernel, copy.deepcopy(self.pre, memo), copy.deepcopy(self.post, memo))
+_NONE = torch.empty(0)  # an absent bias or scale, for the C++ glue
 
 
 def _proj(lin: nn.Module) -> tuple[list[torch.Tensor], list[int]] | None:
@@ -139,17 +126,20 @@ def _proj(lin: nn.Module) -> tuple[list[torch.Tensor], list[int]] | None:
     return None
 
 
-def _glue(layer: nn.Module) -> Glue | None:
-    """`layer`'s glue arguments, or None where its parts are not all the project's kernels."""
-    at, mlp, kernel = layer.self_attn, layer.mlp, int8_kernel.load()
-    if kernel is None or not hasattr(kernel, "layer_pre") or type(mlp) is not GatedMLP:
+def _glue(layer: nn.Module) -> tuple[tuple, tuple] | None:
+    """`layer`'s arguments for the kernel's `layer_pre` and `layer_post` (plain tensors and
+    numbers, so a deepcopy of the model copies them with its own), or None where its parts
+    are not all the project's kernels."""
+    at, mlp = layer.self_attn, layer.mlp
+    if int8_kernel.load() is None or type(mlp) is not GatedMLP:
         return None
     if type(mlp.act_fn).__name__ not in ("SiLU", "SiLUActivation"):
         return None
     fused = at._modules.get("fused_proj")
-    parts = at.fused_parts if fused is not None else 1
-    pre_lins = [fused] if fused is not None else [at.q_proj, at.k_proj]
-    pre_lins += [at.v_proj] if parts == 2 or fused is None else []
+    if fused is None:  # q, k and v apart
+        parts, pre_lins = 1, [at.q_proj, at.k_proj, at.v_proj]
+    else:  # q and k stacked, and v too or after them
+        parts, pre_lins = at.fused_parts, [fused] + ([at.v_proj] if at.fused_parts == 2 else [])
     projs = [_proj(p) for p in [*pre_lins, at.o_proj, mlp.gate_up, mlp.down_proj]]
     if any(p is None for p in projs):
         return None
@@ -163,7 +153,7 @@ def _glue(layer: nn.Module) -> Glue | None:
     post_i = [mlp.intermediate, *o[1], *gu[1], *down[1]]
     pre = (pre_t, pre_i, float(layer.input_layernorm.variance_epsilon))
     post = (post_t, post_i, float(layer.post_attention_layernorm.variance_epsilon))
-    return Glue(kernel, pre, post)
+    return pre, post
 
 
 def _fuse(at: nn.Module) -> None:

@@ -28,10 +28,9 @@ struct Proj {
   int64_t fmt, n, isa;
 };
 
+// the projection at t[ti:ti+3], i[ii:ii+3] (the callers check the arguments' counts)
 Proj proj(const std::vector<torch::Tensor>& t, int64_t ti, const std::vector<int64_t>& i,
           int64_t ii) {
-  TORCH_CHECK(ti + 3 <= (int64_t)t.size() && ii + 3 <= (int64_t)i.size(),
-              "layer glue: too few projection arguments");
   return {t[ti], t[ti + 1], t[ti + 2], i[ii], i[ii + 1], i[ii + 2]};
 }
 
