@@ -161,6 +161,29 @@ def test_run_resumes_after_an_interruption(tmp_path):
     assert {r["cpu"] for r in rows} == {cpu_capability()}  # each record names its kernels
 
 
+def test_a_resumed_run_loads_the_weights_its_records_ran_on(tmp_path):
+    """`--quantize auto` changed meaning (int8, then the GGUF blocks): a resumed run that
+    would load another format, or cannot tell, stops instead of mixing two in one table."""
+    problems = [{"id": str(i), "question": f"q{i}", "answer": str(i)} for i in range(3)]
+
+    def solve(q):
+        return {"answer": q[1:], "latency_s": 1.0}
+
+    run(problems[:2], {"m": solve}, tmp_path, loaded=("int8/int8", False))
+    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["weights"] for r in rows] == ["int8/int8"] * 2
+    with pytest.raises(ConfigError, match="ran on int8/int8 weights, this run loads gguf/gguf"):
+        run(problems, {"m": solve}, tmp_path, loaded=("gguf/gguf", True))
+    run(problems, {"m": solve}, tmp_path, loaded=("int8/int8", False))  # the same: resumes
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 3
+    legacy = tmp_path / "legacy"
+    run(problems[:1], {"m": solve}, legacy)  # a record from before the format was recorded
+    with pytest.raises(ConfigError, match="predate the recorded weight format; name the one"):
+        run(problems, {"m": solve}, legacy, loaded=("gguf/gguf", False))
+    run(problems, {"m": solve}, legacy, loaded=("int8/int8", True))  # named: trusted
+    assert len((legacy / "m.jsonl").read_text().splitlines()) == 3
+
+
 def test_the_summary_names_the_kernels_of_the_records_it_compares():
     from specguard_graph.bench.report import kernels_markdown
 
@@ -191,6 +214,12 @@ def test_bench_command_on_tiny_models(tmp_path, model_args):
         assert f"| {m} | 2 |" in summary
         assert len((out / f"{m}.jsonl").read_text().splitlines()) == 2
     assert f"CPU kernels of the compared records: {cpu_capability()} 14." in summary
+    records = [json.loads(x) for m in ("target", "sd") for x in (out / f"{m}.jsonl").open()]
+    assert {r["weights"] for r in records} == {"int8/int8"}  # auto, tiny models: no GGUF blocks
+    other = CliRunner().invoke(app, [*args, "--quantize", "none"])
+    assert other.exit_code == 2 and "ran on int8/int8 weights, this run loads none/none" in (
+        other.output
+    )
     assert "exact McNemar" in summary and "| target | " in summary.split("McNemar")[1]
     assert (out / "accuracy_vs_latency.png").stat().st_size > 1000
     (out / "summary.md").unlink()

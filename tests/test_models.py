@@ -167,3 +167,29 @@ def test_model_layer_imports_without_langgraph_or_pydantic():
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         specguard_graph.nope  # noqa: B018
+
+
+def test_auto_picks_the_gguf_blocks_where_the_model_has_them(tmp_path, monkeypatch):
+    """`auto` is the fastest exact CPU format: a model's own GGUF blocks where it has them and
+    the kernel runs, int8 for any other model on a CPU; $SPECGUARD_QUANTIZE overrides it."""
+    from specguard_graph import ConfigError
+    from specguard_graph.models.loading import pick_quantize
+    from specguard_graph.models.local import int8_kernel
+
+    monkeypatch.delenv("SPECGUARD_QUANTIZE", raising=False)
+    f32 = torch.float32
+    blocks = "gguf" if int8_kernel.load() is not None else "int8"
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")  # a file: its own GGUF source
+    assert pick_quantize("auto", tmp_path / "model.gguf", "cpu", f32) == blocks
+    assert pick_quantize("auto", tmp_path, "cpu", f32) == "int8"  # no GGUF source
+    assert pick_quantize("auto", tmp_path / "model.gguf", "cpu", torch.bfloat16) == "int8"
+    assert pick_quantize("auto", tmp_path / "model.gguf", "cuda:0", f32) == "none"
+    assert pick_quantize("none", tmp_path / "model.gguf", "cpu", f32) == "none"
+    monkeypatch.setattr(int8_kernel, "load", lambda: None)  # no compiler: int8 on torch's kernel
+    assert pick_quantize("auto", tmp_path / "model.gguf", "cpu", f32) == "int8"
+    monkeypatch.setenv("SPECGUARD_QUANTIZE", "int8x2")
+    assert pick_quantize("auto", tmp_path / "model.gguf", "cpu", f32) == "int8x2"
+    assert pick_quantize("int8", tmp_path / "model.gguf", "cpu", f32) == "int8"  # named wins
+    monkeypatch.setenv("SPECGUARD_QUANTIZE", "int4")
+    with pytest.raises(ConfigError, match=r"SPECGUARD_QUANTIZE must be one of .*'int4'"):
+        pick_quantize("auto", tmp_path, "cpu", f32)

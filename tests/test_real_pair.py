@@ -1,4 +1,5 @@
-"""End to end on the embedded Qwen2.5-Coder 0.5B/1.5B pair (weight-only int8 on CPU)."""
+"""End to end on the embedded Qwen2.5-Coder 0.5B/1.5B pair (on a CPU, the default format: each
+model's own GGUF blocks)."""
 
 import pytest
 import torch
@@ -8,6 +9,15 @@ from specguard_graph.steps import ReasoningSteps
 
 pytestmark = pytest.mark.real
 QUESTION = "A farmer has 3 baskets with 4 apples each. He gives away 5 apples. How many are left?"
+
+
+def test_the_default_format_of_the_installed_pair_is_its_gguf_blocks(real_pair):
+    from specguard_graph.bench.run import weights
+    from specguard_graph.models.local import int8_kernel
+
+    draft, target, _ = real_pair
+    want = "gguf" if int8_kernel.load() is not None else "int8"
+    assert weights(draft, target) == f"{want}/{want}"
 
 
 def test_real_pair_draft_branch_then_target_branch(real_pair):

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..machine import cpu_capability
 from ..results import ResultLog
 from .data import Problem
@@ -43,22 +44,67 @@ def check_out(out_dir: Path, methods: list[str]) -> None:
         ResultLog(out_dir / name).check()
 
 
+def weights(*models: Any) -> str:
+    """The weight formats the models compute in, as `--quantize` names them ("gguf/gguf";
+    "served" for a model behind a server): what a record ran on."""
+    from torch import nn
+    from torch.ao.nn.quantized import dynamic
+
+    def one(lm: Any) -> str:
+        model = getattr(lm, "model", None)
+        if not isinstance(model, nn.Module):
+            return "served"
+        for m in model.modules():
+            if type(m).__name__ == "BlockLinear":
+                return "gguf"
+            if type(m).__name__ == "Int8WeightOnlyLinear":
+                return "int8x2" if m.terms == 2 else "int8"
+            if isinstance(m, dynamic.Linear):
+                return "dynamic-int8"
+        return "none"
+
+    return "/".join(one(lm) for lm in models)
+
+
+def check_resume(done: dict[str, dict[str, Any]], loaded: str, named: bool) -> None:
+    """A resumed run must load what its records ran on. `--quantize auto` resolves per machine
+    and has changed (int8 until 2026-12-06, then gguf where the blocks exist), so without this
+    a resumed run could put two formats in one table."""
+    for method, records in done.items():
+        for r in records.values():
+            had = r.get("weights")
+            if had is None and not named:
+                raise ConfigError(f"{method}: its records predate the recorded weight format; "
+                                  "name the one they ran on with --quantize (their command is "
+                                  "in summary.md)")  # fmt: skip
+            if had is not None and had != loaded:
+                raise ConfigError(f"{method}: its records ran on {had} weights, this run "
+                                  f"loads {loaded}; pass the --quantize they ran on, or a new "
+                                  "--out")  # fmt: skip
+
+
 def run(
     problems: list[Problem],
     solvers: dict[str, Callable[[str], dict[str, Any]]],
     out_dir: Path,
     progress: Report = lambda m, d, t: None,
     before: Callable[[str], None] = lambda method: None,
+    loaded: tuple[str, bool] | None = None,
 ) -> None:
     """Solve every problem with every method; finished ones are skipped on a rerun.
 
     Problems are the outer loop, so a run stopped early still compares all methods on the
     same problems (the report uses only problems every method has finished). `before(method)`
-    runs before each problem and method (`prompt_stores`: which prompts the models keep)."""
+    runs before each problem and method (`prompt_stores`: which prompts the models keep).
+    `loaded`: the models' `weights` and whether the user named them (`check_resume`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cpu = cpu_capability()  # resumed runs may span machines: each record names its kernels
     logs = {m: ResultLog(out_dir / f"{m}.jsonl", key="id") for m in solvers}
     done = {m: log.done() for m, log in logs.items()}
+    stamp = {}
+    if loaded is not None:
+        check_resume(done, *loaded)
+        stamp["weights"] = loaded[0]
     for m in solvers:
         progress(m, sum(p["id"] in done[m] for p in problems), len(problems))
     for p in problems:
@@ -68,7 +114,7 @@ def run(
             before(method)
             result = solve(p["question"])
             result.update(id=p["id"], question=p["question"], gold=p["answer"],
-                          correct=grade_problem(p, result), cpu=cpu)  # fmt: skip
+                          correct=grade_problem(p, result), cpu=cpu, **stamp)  # fmt: skip
             logs[method].append(result)
             done[method][p["id"]] = result
             progress(method, sum(q["id"] in done[method] for q in problems), len(problems))

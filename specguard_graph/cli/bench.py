@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from enum import StrEnum
@@ -178,7 +179,7 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
     """Load the models once and run every method on every problem (resumable)."""
     from ..bench import data as bench_data
     from ..bench import methods as bench_methods
-    from ..bench.run import prompt_stores, run
+    from ..bench.run import prompt_stores, run, weights
 
     problems = bench_data.load(dataset, data=data, limit=limit, offset=offset, seed=seed)
     base = load_config(config, {})
@@ -214,7 +215,11 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
         TimeElapsedColumn(), TimeRemainingColumn(), console=err,
     ) as progress:  # fmt: skip
         before = prompt_stores(d, t, keep=models["keep_prompts"])
-        run(problems, solvers, out, _reporter(progress, len(names)), before=before)
+        named = models["quantize"] is not Quantize.auto or bool(
+            os.environ.get("SPECGUARD_QUANTIZE", "").strip()
+        )
+        run(problems, solvers, out, _reporter(progress, len(names)), before=before,
+            loaded=(weights(d, t), named))  # fmt: skip
 
 
 def _reporter(progress: Progress, n_methods: int):  # type: ignore[no-untyped-def]

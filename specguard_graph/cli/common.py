@@ -78,10 +78,11 @@ QuantizeOpt = Annotated[
     Quantize,
     typer.Option(
         "--quantize",
-        help="CPU weight format: auto (= int8) | int8 (weight-only, per channel) | int8x2 "
-        "(int8 + int8 residual: ~bf16 precision, 2x the bytes) | gguf (the GGUF's own blocks) | "
-        "gguf-target (target on its blocks, draft int8) | none (float32) | "
-        "dynamic-int8 (batch-dependent, unfaithful; opt-in only)",
+        help="CPU weight format: auto ($SPECGUARD_QUANTIZE, else gguf where the model has GGUF "
+        "blocks, else int8) | int8 (weight-only, per channel) | int8x2 (int8 + int8 residual: "
+        "~bf16 precision, 2x the bytes) | gguf (the GGUF's own blocks) | gguf-target (target on "
+        "its blocks, draft int8) | none (float32) | dynamic-int8 (batch-dependent, unfaithful; "
+        "opt-in only)",
     ),
 ]
 

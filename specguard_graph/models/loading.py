@@ -11,7 +11,7 @@ from ..errors import ConfigError, ModelLoadError
 from .embedder import SentenceEmbedder
 from .install.registry import DEFAULTS, model_dir
 from .local.hf import LocalCausalLM
-from .local.numerics import Quantize
+from .local.numerics import QUANTIZE_CHOICES, Quantize
 from .served.client import ServedStepModel, is_served
 
 # named CPU options as `load_lm` keywords: what the benchmarks compare side by side
@@ -99,18 +99,42 @@ def load_lm(
     threads: int | None = None,
     model: str | None = None,
 ) -> LocalCausalLM | ServedStepModel:
-    """Load a draft or target. On CPU the default is weight-only int8 on float32 (`numerics`):
-    it computes the same model whatever the batch, top-1 within 1 % of float32; CUDA gets
-    bfloat16. An http(s) base URL ending in /v1 is a served model (`served/client.py`); its name is
-    `model`, $SPECGUARD_<ROLE>_MODEL, or the first the server lists."""
+    """Load a draft or target; `quantize="auto"` picks the format (`pick_quantize`). An http(s)
+    base URL ending in /v1 is a served model (`served/client.py`); its name is `model`,
+    $SPECGUARD_<ROLE>_MODEL, or the first the server lists."""
     if is_served(path):
         name = model or os.environ.get(f"SPECGUARD_{role.upper()}_MODEL") or None
         return ServedStepModel(str(path), model=name)
     dev = pick_device(device)
     if (n := pick_threads(threads)) is not None:
         torch.set_num_threads(n)
-    q = ("int8" if dev == "cpu" else "none") if quantize == "auto" else quantize
-    return from_path(resolve(role, path), device=dev, dtype=pick_dtype(dev, dtype), quantize=q)
+    where, torch_dtype = resolve(role, path), pick_dtype(dev, dtype)
+    q = pick_quantize(quantize, where, dev, torch_dtype)
+    return from_path(where, device=dev, dtype=torch_dtype, quantize=q)
+
+
+def pick_quantize(quantize: Quantize, path: Path, device: str, dtype: torch.dtype) -> Quantize:
+    """`auto` on a CPU in float32 is the model's own GGUF blocks where it has them (a `.gguf`
+    file, or an installed default) and the project's kernel runs: the fastest exact format here,
+    and the most faithful (top-1 equal to the GGUF's float32 on every scored token,
+    docs/numerics.md). Elsewhere on a CPU it is int8, which computes any model the same whatever
+    the batch; on CUDA, the model as loaded. $SPECGUARD_QUANTIZE stands in for `auto` where
+    no call names a format (Studio's graph, the benchmark scripts, a pinned record)."""
+    if quantize == "auto":
+        quantize = os.environ.get("SPECGUARD_QUANTIZE", "").strip() or "auto"  # type: ignore[assignment]
+        if quantize not in QUANTIZE_CHOICES:
+            raise ConfigError(f"SPECGUARD_QUANTIZE must be one of "
+                              f"{', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")  # fmt: skip
+    if quantize != "auto":
+        return quantize
+    if not device.startswith("cpu"):
+        return "none"
+    from .local import int8_kernel
+    from .local.blocks import gguf_source
+
+    if dtype == torch.float32 and gguf_source(path) is not None and int8_kernel.load() is not None:
+        return "gguf"
+    return "int8"
 
 
 def load_embedder(path: str | Path | None = None, *, device: str = "cpu") -> SentenceEmbedder:

@@ -1,13 +1,13 @@
 """CPU weight formats, chosen for fidelity first: every forward must compute the same model.
 
-`int8` (the CPU default) stores each Linear's weight as int8 with one scale per output channel
-and keeps everything else (embeddings, norms, attention, the residual stream) in float32. Its
-matmul runs the project's own kernel on float32 activations (`int8_kernel`, each output summed
-in one fixed order) or, where that cannot run, torch's weight-only int8 kernel on bfloat16
-activations; both reduce each output element the same way whatever the number of rows: a token
-scores the same fed alone, in a chunk, or as one of k candidate rows. The scales are rounded
-*up* to bfloat16 values before quantising, so either kernel applies them exactly and no channel
-is biased.
+`int8` (the CPU default for a model without GGUF blocks) stores each Linear's weight as int8
+with one scale per output channel and keeps everything else (embeddings, norms, attention, the
+residual stream) in float32. Its matmul runs the project's own kernel on float32 activations
+(`int8_kernel`, each output summed in one fixed order) or, where that cannot run, torch's
+weight-only int8 kernel on bfloat16 activations; both reduce each output element the same way
+whatever the number of rows: a token scores the same fed alone, in a chunk, or as one of k
+candidate rows. The scales are rounded *up* to bfloat16 values before quantising, so either
+kernel applies them exactly and no channel is biased.
 
 `dynamic-int8` (torch's `quantize_dynamic`) is kept only as an explicit opt-in: it quantises the
 activations with one scale for all rows of a forward, so its output depends on what else is in
