@@ -193,6 +193,10 @@ def test_the_summary_names_the_kernels_of_the_records_it_compares():
     results = {"target": res(["AVX2", "AVX512", None]), "sd": res(["AVX2", "AVX2", None, "X"])}
     line = kernels_markdown(results)  # problem 3 is not common: not counted
     assert line == "CPU kernels of the compared records: AVX2 3, AVX512 1, unrecorded 2.\n"
+    results["sd"]["0"]["weights"] = "gguf/gguf"
+    assert kernels_markdown(results).splitlines()[1] == (
+        "Weights (draft/target) of the compared records: gguf/gguf 1, unrecorded 5."
+    )
 
 
 def test_bench_command_on_tiny_models(tmp_path, model_args):
@@ -214,6 +218,7 @@ def test_bench_command_on_tiny_models(tmp_path, model_args):
         assert f"| {m} | 2 |" in summary
         assert len((out / f"{m}.jsonl").read_text().splitlines()) == 2
     assert f"CPU kernels of the compared records: {cpu_capability()} 14." in summary
+    assert "Weights (draft/target) of the compared records: int8/int8 14." in summary
     records = [json.loads(x) for m in ("target", "sd") for x in (out / f"{m}.jsonl").open()]
     assert {r["weights"] for r in records} == {"int8/int8"}  # auto, tiny models: no GGUF blocks
     other = CliRunner().invoke(app, [*args, "--quantize", "none"])

@@ -3,7 +3,7 @@
 target / draft: one model alone, greedy. sd: token-level speculative decoding, transformers'
 assisted generation with the draft as assistant (output equals the target's greedy), kept as
 the reference. sd-verify: the project's own, on the verifier SpecGuard's fallback uses
-(`models/verify.py`): three draft tokens per target forward, exact on the int8 formats.
+(`models/verify.py`): three draft tokens per target forward, exact on the row-invariant formats.
 llamacpp-target: llama.cpp's plain target on the same GGUF (`llamacpp_target.py`).
 rsd: step-level reward-guided decoding with the target as a one-prefill judge (rsd.py).
 specguard*: the graph with the paper's settings or an ablation. A SpecGuard method name may

@@ -109,17 +109,20 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
 
 def kernels_markdown(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Which CPU kernels wrote the compared records (`machine.cpu_capability`, per record:
-    a resumed run can span machines); records from before the field are "unrecorded"."""
+    a resumed run can span machines), and in which weight formats (`run.weights`, where the
+    records name them); records from before a field are "unrecorded"."""
     common = _common(results)
-    counts: dict[str, int] = {}
-    for res in results.values():
-        for i in common:
-            cpu = str(res[i].get("cpu", "unrecorded"))
-            counts[cpu] = counts.get(cpu, 0) + 1
-    if not counts:
-        return ""
-    parts = ", ".join(f"{cpu} {n}" for cpu, n in sorted(counts.items()))
-    return f"CPU kernels of the compared records: {parts}.\n"
+    out = ""
+    for field, what in (("cpu", "CPU kernels"), ("weights", "Weights (draft/target)")):
+        counts: dict[str, int] = {}
+        for res in results.values():
+            for i in common:
+                value = str(res[i].get(field, "unrecorded"))
+                counts[value] = counts.get(value, 0) + 1
+        if counts and (field == "cpu" or set(counts) != {"unrecorded"}):
+            parts = ", ".join(f"{value} {n}" for value, n in sorted(counts.items()))
+            out += f"{what} of the compared records: {parts}.\n"
+    return out
 
 
 def goal_ratio(results: dict[str, dict[str, dict[str, Any]]]) -> float:

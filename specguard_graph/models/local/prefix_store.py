@@ -5,7 +5,7 @@ repeated question.
 One store per model, bounded in bytes, least recently used out first. A run's prompt is
 stored once, after its first prefill (`remember`); a new run takes a private copy of the
 entry sharing the longest prefix with its ids (`recall`), cropped to that prefix. Reuse is
-exact where the model is row-invariant (the int8 formats): a row's logits do not depend on
+exact where the model is row-invariant (the gguf and int8 formats): a row's logits do not depend on
 which rows were fed with it, so a cached prefix plus the new tokens computes the same bits
 as a cold prefill of the whole prompt (tests/test_prefix_store.py). A model without that
 contract (float32 through torch's kernels, CUDA) starts with the store off.
