@@ -226,3 +226,41 @@ def test_gguf_needs_a_file_with_the_models_blocks(model_dirs, draft_fp32):
     with pytest.raises(ValueError, match="is not this model's"):  # refused before any change
         quantize_gguf(draft_fp32, gguf_path(DEFAULTS["target"]))
     assert type(draft_fp32.model.layers[0].self_attn.q_proj) is nn.Linear
+
+
+def test_a_file_with_block_types_the_kernel_does_not_read_warns_once(tmp_path):
+    """`auto` picks gguf for any `.gguf`: a file with other types (a Q5_K_M has ~100 such
+    tensors) computes those layers in int8 and says so in one warning, not one per layer."""
+    import warnings
+
+    from specguard_graph.models.local.blocks.source import tensor_name
+    from specguard_graph.testing import tiny_lm
+
+    model = tiny_lm(layers=2, hidden=128, heads=4, seed=5).model
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    for name, lin in model.named_modules():
+        if not isinstance(lin, nn.Linear) or not tensor_name(name):
+            continue
+        weight = lin.weight.detach().numpy()
+        if name.endswith("layers.1.mlp.down_proj"):  # F16: no kernel reads it
+            w.add_tensor(tensor_name(name), weight.astype(np.float16))
+            continue
+        raw = gguf.quants.quantize(weight, q8)
+        lin.weight.data = torch.from_numpy(gguf.quants.dequantize(raw, q8))  # the blocks' model
+        w.add_tensor(tensor_name(name), raw, raw_dtype=q8)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantize_gguf(model, path)
+    said = [str(c.message) for c in caught if "block kernel" in str(c.message)]
+    assert said == ["tiny.gguf: 2 tensors the block kernel does not read (1 F16, 1 missing); "
+                    "int8 for those layers"]  # fmt: skip
+    layers = model.model.layers
+    assert isinstance(layers[1].mlp.down_proj, numerics.Int8WeightOnlyLinear)
+    assert isinstance(layers[0].mlp.down_proj, BlockLinear)
+    assert isinstance(model.lm_head, numerics.Int8WeightOnlyLinear)  # the head: no tensor

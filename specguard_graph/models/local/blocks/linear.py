@@ -128,15 +128,15 @@ def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
     MLP's gate and up (`numerics.GatedMLP`) are their two tensors' rows, stacked."""
     tensors = Tensors(path)
     head = "output.weight" if tensors.get("output.weight") is not None else "token_embd.weight"
+    unread: dict[str, int] = {}  # why a Linear got int8 -> how many did
 
     def blocks(name: str, weight: torch.Tensor) -> tuple[int, np.ndarray] | None:
         """The blocks of `name`, checked to dequantize to the loaded `weight`'s first row."""
         tname = head if name == "lm_head" else tensor_name(name)
         got = tensors.get(tname) if tname else None
         if got is None or got[0] not in FORMATS:
-            what = "no tensor" if got is None else f"ggml type {got[0]}"
-            warnings.warn(f"{path.name}: {name} has {what} the block kernel reads; int8 instead",
-                          stacklevel=4)  # fmt: skip
+            what = "missing" if got is None else _type_name(got[0])
+            unread[what] = unread.get(what, 0) + 1
             return None
         first = tensors.dequantized_row(tname, 0)
         if got[1].shape[0] != weight.shape[0] or not np.array_equal(first, weight[0].numpy()):
@@ -151,10 +151,23 @@ def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
         if len(found) < len(parts):
             return numerics.Int8WeightOnlyLinear(lin)
         if len({fmt for fmt, _ in found}) > 1:
-            warnings.warn(f"{path.name}: {stem}'s gate and up are different block types; int8 "
-                          "for both", stacklevel=3)  # fmt: skip
+            unread["gate and up of two types"] = unread.get("gate and up of two types", 0) + 2
             return numerics.Int8WeightOnlyLinear(lin)
         rows = torch.from_numpy(np.concatenate([data for _, data in found]))  # a copy
         return BlockLinear(rows, found[0][0], lin.in_features, lin.bias)
 
-    return numerics.replace_linears(model, make)
+    model = numerics.replace_linears(model, make)
+    if unread:  # one line for the model, not one per layer (a Q5_K_M file has ~100 of them)
+        kinds = ", ".join(f"{n} {what}" for what, n in sorted(unread.items()))
+        warnings.warn(f"{path.name}: {sum(unread.values())} tensors the block kernel does not "
+                      f"read ({kinds}); int8 for those layers", stacklevel=2)  # fmt: skip
+    return model
+
+
+def _type_name(ggml_type: int) -> str:
+    import gguf
+
+    try:
+        return gguf.GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"ggml type {ggml_type}"
