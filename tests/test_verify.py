@@ -3,6 +3,7 @@
 import copy
 
 import pytest
+import torch
 
 from specguard_graph.models.local import numerics
 from specguard_graph.models.local.hf import LocalCausalLM
@@ -222,3 +223,38 @@ def test_tau_above_one_verifies_even_a_perfect_scoring_step(tiny):
     rewrite = _run(draft, target, tiny.embedder, **{**perfect, "tau": 1.01}, fallback="rewrite")
     assert {(s["source"], s["fallback"]) for s in above["steps"]} == {("target", "verify")}
     assert above["text"] == rewrite["text"] and above["text"] != at_one["text"]
+
+
+def test_a_long_prompt_is_fed_in_chunks_with_the_same_bits(base, monkeypatch):
+    """`decoding.feed_long`: a prefill longer than PREFILL_ROWS goes in forwards of that many
+    rows (faster at agent prompt lengths), and every path that prefills (a run's catch-up, the
+    target's fused prefill in verification, the draft's proposals) gives the bits of one
+    forward; a model that is not row-invariant keeps one forward."""
+    from specguard_graph.models.local import decoding
+
+    target = formatted(base, "int8")
+    prompt = SPEC.render_prompt(QUESTION, target.tokenizer)
+    want, want_pc = rewrite(target, prompt, NEVER, 12)
+    rows: list[int] = []
+    hook = target.model.register_forward_pre_hook(
+        lambda mod, args, kw: rows.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    monkeypatch.setattr(decoding, "PREFILL_ROWS", 5)
+    target.prefix_store.clear()  # a cold prefill
+    got, got_pc = rewrite(target, prompt, NEVER, 12)
+    n = len(want_pc.ids) - len(want.token_ids)  # the prompt's tokens
+    assert rows[: (n - 2) // 5] == [5] * ((n - 2) // 5) and max(rows) == 5, rows
+    assert (got.token_ids, got.token_logprobs) == (want.token_ids, want.token_logprobs)
+    for a, b in zip(got_pc.cache.layers, want_pc.cache.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    hook.remove()
+    draft = formatted(base, "int8")
+    for cand in (want.token_ids, []):  # the candidate checked, or the draft's proposals
+        target.prefix_store.clear()
+        draft.prefix_store.clear()
+        pc, dpc = target.new_prefix(prompt), draft.new_prefix(prompt)
+        sample, _ = verify_greedy(target, pc, candidate=cand, draft=draft, draft_pc=dpc,
+                                  delimiter=NEVER, max_new_tokens=12)  # fmt: skip
+        assert sample.candidates[0].token_logprobs == want.token_logprobs
+    fp32 = LocalCausalLM(copy.deepcopy(base.model), base.tokenizer)
+    assert decoding.feed_long(fp32.model, None, list(range(40))) == list(range(40))

@@ -24,7 +24,7 @@ from ...errors import InputError
 from ..base import PrefixCache, Sample
 from . import lean_layers
 from .capture import ATTN_IMPLEMENTATION, capture_attention
-from .decoding import DelimiterWatch, cut_step, decode, token_logprobs
+from .decoding import DelimiterWatch, cut_step, decode, feed_long, token_logprobs
 from .load import read
 from .numerics import Quantize, row_invariant
 from .prefix_store import DEFAULT_BYTES, PrefixStore, common_prefix
@@ -146,8 +146,8 @@ class LocalCausalLM:
         want = pc.ids[:-1]
         new = self.reuse(pc, want)
         if new:
-            x = torch.tensor([new], device=self.device)
             t0 = time.perf_counter()
+            x = torch.tensor([feed_long(self.model, pc.cache, new)], device=self.device)
             self.model(input_ids=x, cache=pc.cache, use_cache=True, logits_to_keep=1)
             pc.prefill_s += time.perf_counter() - t0
             pc.prefill_tokens += len(new)

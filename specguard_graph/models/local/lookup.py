@@ -30,7 +30,7 @@ from ...errors import ConfigError
 from ...steps import NEVER
 from ..base import Candidate, PrefixCache
 from . import numerics
-from .decoding import cut_step
+from .decoding import cut_step, feed_long
 from .hf import LocalCausalLM
 
 PROPOSE = 3
@@ -132,6 +132,7 @@ def check_proposals(
     The cache then holds all of them; the caller crops what was not accepted. `before`: context
     tokens the cache still lacks, prefilled in the same forward (on a row-invariant model the
     rows checked come out as they would after a prefill of their own)."""
+    before = feed_long(lm.model, pc.cache, before)  # a long context first, in whole chunks
     x = torch.tensor([[*before, last, *prop]], device=lm.device)
     out = lm.model(input_ids=x, cache=pc.cache, use_cache=True, logits_to_keep=len(prop) + 1)
     logits = out.logits[0].float()

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ..base import PrefixCache, Sample
-from .decoding import DelimiterWatch, cut_step, token_logprobs
+from .decoding import DelimiterWatch, cut_step, feed_long, token_logprobs
 from .draft_head import next_token
 from .hf import LocalCausalLM
 from .lookup import NgramIndex, check_proposals
@@ -122,6 +122,7 @@ def propose(draft: LocalCausalLM, pc: PrefixCache, after: Sequence[int], k: int,
     with draft.lock:
         feed, out = [*draft.reuse(pc, ids[:-1]), ids[-1]], []
         pc.prefill_tokens += len(feed) - 1
+        feed = feed_long(draft.model, pc.cache, feed)  # a long context first, in whole chunks
         for _ in range(k):  # over the draft's frequent vocabulary (`draft_head`)
             x = torch.tensor([feed], device=draft.device)
             tok, p = next_token(draft, x, pc.cache, sure=more_if > 0)
