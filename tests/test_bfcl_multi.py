@@ -98,6 +98,41 @@ def test_an_agent_making_the_gold_calls_runs_on_bfcls_backends_and_passes(gold):
     assert grade_problem(problem, result) and result["bfcl"]["turns_ok"] == len(gold)
 
 
+def test_the_calls_of_one_message_run_one_after_another_in_order(monkeypatch):
+    """BFCL's backends keep state (log in, then send): a message's calls run in its order, not
+    in the agent's parallel threads. The first call is made slow, so threads would finish it
+    last."""
+    import time
+
+    utils = mt._checker()[1]
+    original, done = utils.execute_multi_turn_func_call, []
+
+    def slow_first(calls, *args):  # type: ignore[no-untyped-def]
+        if calls[0].startswith("pwd"):
+            time.sleep(0.3)
+        out = original(calls, *args)
+        done.append(calls[0].partition("(")[0])
+        return out
+
+    monkeypatch.setattr(utils, "execute_multi_turn_func_call", slow_first)
+    names = ["pwd", "ls", "mkdir", "cd", "pwd"]
+    args = [{}, {"a": True}, {"dir_name": "new"}, {"folder": "new"}, {}]
+    calls = [{"name": n, "args": a, "id": f"c{i}"}
+             for i, (n, a) in enumerate(zip(names, args, strict=True))]  # fmt: skip
+    message = AIMessage("", tool_calls=calls)
+
+    class OneMessage(Scripted):
+        def _generate(self, messages: list[BaseMessage], *a: Any, **k: Any) -> ChatResult:
+            self.made += 1
+            msg = message if self.made == 1 else AIMessage("done")
+            return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    result = mt.run_task(OneMessage(script=[]), TASK)
+    assert done[:5] == names
+    tools = [m["text"] for m in result["turns"][0]["messages"] if m["role"] == "tool"]
+    assert "new" in tools[4] and "new" not in tools[0]  # pwd after the cd, not before it
+
+
 def test_a_model_that_keeps_calling_is_stopped_at_bfcls_step_limit(gold):
     loop = Scripted(script=[["ls(a=True)"] * 100])
     result = mt.run_task(loop, TASK)

@@ -120,7 +120,11 @@ def run_task(model: Any, task_id: str) -> dict[str, Any]:
     _, _, limit = _checker()
     run = f"run_{uuid.uuid4().hex[:12]}"  # BFCL keys backend instances by model name and task
     agent = create_agent(model, backend_tools(entry, run), checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": run}, "recursion_limit": 2 * limit + 2}
+    # one call at a time, in the message's order, as BFCL's harness runs them: the backends
+    # keep state (a login, then a message sent), and an agent's tool node would run them in
+    # parallel threads, so `send_message` could run before the `message_login` it follows
+    config = {"configurable": {"thread_id": run}, "recursion_limit": 2 * limit + 2,
+              "max_concurrency": 1}  # fmt: skip
     turns, seen, quit_at, t0 = [], 0, None, time.perf_counter()
     for i, user in enumerate(entry["question"]):
         t = time.perf_counter()
