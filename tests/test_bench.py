@@ -182,6 +182,10 @@ def test_a_resumed_run_loads_the_weights_its_records_ran_on(tmp_path):
         run(problems, {"m": solve}, legacy, loaded=("gguf/gguf", False))
     run(problems, {"m": solve}, legacy, loaded=("int8/int8", True))  # named: trusted
     assert len((legacy / "m.jsonl").read_text().splitlines()) == 3
+    served = tmp_path / "served"
+    run(problems[:1], {"m": solve}, served)
+    run(problems, {"m": solve}, served, loaded=("served/served", False))  # no format to name
+    assert len((served / "m.jsonl").read_text().splitlines()) == 3
 
 
 def test_the_summary_names_the_kernels_of_the_records_it_compares():

@@ -70,6 +70,7 @@ def check_resume(done: dict[str, dict[str, Any]], loaded: str, named: bool) -> N
     """A resumed run must load what its records ran on. `--quantize auto` resolves per machine
     and has changed (int8 until 2026-12-06, then gguf where the blocks exist), so without this
     a resumed run could put two formats in one table."""
+    named = named or set(loaded.split("/")) == {"served"}  # a server's weights are its own
     for method, records in done.items():
         for r in records.values():
             had = r.get("weights")
