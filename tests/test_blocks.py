@@ -264,3 +264,9 @@ def test_a_file_with_block_types_the_kernel_does_not_read_warns_once(tmp_path):
     assert isinstance(layers[1].mlp.down_proj, numerics.Int8WeightOnlyLinear)
     assert isinstance(layers[0].mlp.down_proj, BlockLinear)
     assert isinstance(model.lm_head, numerics.Int8WeightOnlyLinear)  # the head: no tensor
+    from types import SimpleNamespace
+
+    from specguard_graph.bench.run import weights
+
+    first_int8 = nn.Sequential(layers[1].mlp.down_proj, layers[0].mlp.down_proj)
+    assert weights(SimpleNamespace(model=first_int8), SimpleNamespace(model=model)) == "gguf/gguf"

@@ -50,18 +50,20 @@ def weights(*models: Any) -> str:
     from torch import nn
     from torch.ao.nn.quantized import dynamic
 
+    from ..models.local.blocks import BlockLinear
+    from ..models.local.numerics import Int8WeightOnlyLinear
+
     def one(lm: Any) -> str:
         model = getattr(lm, "model", None)
         if not isinstance(model, nn.Module):
             return "served"
-        for m in model.modules():
-            if type(m).__name__ == "BlockLinear":
-                return "gguf"
-            if type(m).__name__ == "Int8WeightOnlyLinear":
-                return "int8x2" if m.terms == 2 else "int8"
-            if isinstance(m, dynamic.Linear):
-                return "dynamic-int8"
-        return "none"
+        layers = list(model.modules())  # gguf with some layers in int8 is still gguf
+        if any(isinstance(m, BlockLinear) for m in layers):
+            return "gguf"
+        int8 = [m.terms for m in layers if isinstance(m, Int8WeightOnlyLinear)]
+        if int8:
+            return "int8x2" if 2 in int8 else "int8"
+        return "dynamic-int8" if any(isinstance(m, dynamic.Linear) for m in layers) else "none"
 
     return "/".join(one(lm) for lm in models)
 
