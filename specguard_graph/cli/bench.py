@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from enum import StrEnum
@@ -180,6 +179,7 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
     from ..bench import data as bench_data
     from ..bench import methods as bench_methods
     from ..bench.run import prompt_stores, run, weights
+    from ..models.loading import requested_quantize
 
     problems = bench_data.load(dataset, data=data, limit=limit, offset=offset, seed=seed)
     base = load_config(config, {})
@@ -215,9 +215,7 @@ def _run(names, dataset, data, limit, offset, seed, config, max_tokens, out,
         TimeElapsedColumn(), TimeRemainingColumn(), console=err,
     ) as progress:  # fmt: skip
         before = prompt_stores(d, t, keep=models["keep_prompts"])
-        named = models["quantize"] is not Quantize.auto or bool(
-            os.environ.get("SPECGUARD_QUANTIZE", "").strip()
-        )
+        named = requested_quantize(models["quantize"].value) != "auto"
         run(problems, solvers, out, _reporter(progress, len(names)), before=before,
             loaded=(weights(d, t), named))  # fmt: skip
 

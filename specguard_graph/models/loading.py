@@ -113,6 +113,18 @@ def load_lm(
     return from_path(where, device=dev, dtype=torch_dtype, quantize=q)
 
 
+def requested_quantize(quantize: Quantize) -> Quantize:
+    """The format asked for: `quantize`, or for `auto` $SPECGUARD_QUANTIZE where it is set
+    ("auto" still means the machine's choice, `pick_quantize`)."""
+    if quantize != "auto":
+        return quantize
+    env = os.environ.get("SPECGUARD_QUANTIZE", "").strip() or "auto"
+    if env not in QUANTIZE_CHOICES:
+        raise ConfigError(f"SPECGUARD_QUANTIZE must be one of "
+                          f"{', '.join(QUANTIZE_CHOICES)}, got {env!r}")  # fmt: skip
+    return env  # type: ignore[return-value]
+
+
 def pick_quantize(quantize: Quantize, path: Path, device: str, dtype: torch.dtype) -> Quantize:
     """`auto` on a CPU in float32 is the model's own GGUF blocks where it has them (a `.gguf`
     file, or an installed default) and the project's kernel runs: the fastest exact format here,
@@ -120,11 +132,7 @@ def pick_quantize(quantize: Quantize, path: Path, device: str, dtype: torch.dtyp
     docs/numerics.md). Elsewhere on a CPU it is int8, which computes any model the same whatever
     the batch; on CUDA, the model as loaded. $SPECGUARD_QUANTIZE stands in for `auto` where
     no call names a format (Studio's graph, the benchmark scripts, a pinned record)."""
-    if quantize == "auto":
-        quantize = os.environ.get("SPECGUARD_QUANTIZE", "").strip() or "auto"  # type: ignore[assignment]
-        if quantize not in QUANTIZE_CHOICES:
-            raise ConfigError(f"SPECGUARD_QUANTIZE must be one of "
-                              f"{', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")  # fmt: skip
+    quantize = requested_quantize(quantize)
     if quantize != "auto":
         return quantize
     if not device.startswith("cpu"):

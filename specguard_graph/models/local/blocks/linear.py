@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,7 +129,7 @@ def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
     MLP's gate and up (`numerics.GatedMLP`) are their two tensors' rows, stacked."""
     tensors = Tensors(path)
     head = "output.weight" if tensors.get("output.weight") is not None else "token_embd.weight"
-    unread: dict[str, int] = {}  # why a Linear got int8 -> how many did
+    unread: Counter[str] = Counter()  # why a Linear got int8 -> how many did
 
     def blocks(name: str, weight: torch.Tensor) -> tuple[int, np.ndarray] | None:
         """The blocks of `name`, checked to dequantize to the loaded `weight`'s first row."""
@@ -136,7 +137,7 @@ def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
         got = tensors.get(tname) if tname else None
         if got is None or got[0] not in FORMATS:
             what = "missing" if got is None else _type_name(got[0])
-            unread[what] = unread.get(what, 0) + 1
+            unread[what] += 1
             return None
         first = tensors.dequantized_row(tname, 0)
         if got[1].shape[0] != weight.shape[0] or not np.array_equal(first, weight[0].numpy()):
@@ -151,7 +152,7 @@ def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
         if len(found) < len(parts):
             return numerics.Int8WeightOnlyLinear(lin)
         if len({fmt for fmt, _ in found}) > 1:
-            unread["gate and up of two types"] = unread.get("gate and up of two types", 0) + 2
+            unread["gate and up of two types"] += 2
             return numerics.Int8WeightOnlyLinear(lin)
         rows = torch.from_numpy(np.concatenate([data for _, data in found]))  # a copy
         return BlockLinear(rows, found[0][0], lin.in_features, lin.bias)
