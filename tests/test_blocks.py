@@ -78,9 +78,7 @@ def test_every_copy_of_the_kernel_gives_the_avx2_copys_bits(fmt):
         pytest.skip("this CPU has no AVX-512 VNNI: every call would run the AVX2 copy")
     for rows in (1, 3, 4, 9, 16, 17, 33):
         x = activations(rows, K[fmt], seed=rows)
-        ours = [
-            layer._kernel.block_mm(x, layer.panels, fmt, 44, isa, 16) for isa in range(best + 1)
-        ]
+        ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
         for isa in range(1, best + 1):
             assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
 
@@ -98,12 +96,10 @@ def test_the_copies_agree_where_several_rows_meet_a_panel_in_k_slices(fmt):
         pytest.skip("this CPU has no AVX-512 VNNI: every call would run the AVX2 copy")
     for rows in (2, 4, 5, 15):
         x = activations(rows, k, seed=rows)
-        ours = [
-            layer._kernel.block_mm(x, layer.panels, fmt, 44, isa, 16) for isa in range(best + 1)
-        ]
+        ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
         for isa in range(1, best + 1):
             assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
-        alone = torch.cat([layer._kernel.block_mm(x[i : i + 1], layer.panels, fmt, 44, best, 16)
+        alone = torch.cat([layer._kernel.block_mm(x[i : i + 1], layer.panels, fmt, 44, best)
                            for i in range(rows)])  # fmt: skip
         assert torch.equal(alone, ours[best]), f"{FORMATS[fmt]}, {rows} rows against one by one"
 
@@ -135,7 +131,7 @@ def test_activations_round_to_int16_by_the_documented_formula_bit_for_bit():
     want = torch.from_numpy((q.astype(np.float32) * dx).reshape(20, k))
     assert q[2, 0, :4].tolist() == [-16, -14, -14, -12]  # x / dx = -15.5, -14.5, ...: to even
     for isa in range(layer._kernel.block_isa() + 1):
-        got = layer._kernel.block_mm(torch.from_numpy(x), layer.panels, 8, k, isa, 16)
+        got = layer._kernel.block_mm(torch.from_numpy(x), layer.panels, 8, k, isa)
         assert torch.equal(got.view(torch.int32), want.view(torch.int32)), f"copy {isa}"
 
 

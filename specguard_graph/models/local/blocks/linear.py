@@ -9,7 +9,6 @@ float32."""
 from __future__ import annotations
 
 import contextvars
-import os
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -20,7 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from ....errors import ConfigError
 from .. import int8_kernel, numerics
 from . import panels
 from .source import FORMATS, Tensors, tensor_name
@@ -38,35 +36,6 @@ def kernel_copy(isa: int) -> Iterator[None]:
         yield
     finally:
         _COPY.reset(token)
-
-
-ACTIVATIONS = {"int16": 16, "int8": 8}
-_ACT: contextvars.ContextVar[int | None] = contextvars.ContextVar("block_act", default=None)
-
-
-@contextmanager
-def activation_bits(bits: int) -> Iterator[None]:
-    """Layers made inside this block round their activations to `bits` (16 or 8) bits:
-    benchmarks and tests compare the two formats in one process."""
-    if bits not in ACTIVATIONS.values():
-        raise ValueError(f"activation bits must be 16 or 8, got {bits}")
-    token = _ACT.set(bits)
-    try:
-        yield
-    finally:
-        _ACT.reset(token)
-
-
-def activations() -> int:
-    """The activation bits a layer made now rounds to: `activation_bits`, else
-    $SPECGUARD_ACTIVATIONS (int16, int8), else int16."""
-    if (bits := _ACT.get()) is not None:
-        return bits
-    name = os.environ.get("SPECGUARD_ACTIVATIONS", "").strip().lower() or "int16"
-    if name not in ACTIVATIONS:
-        raise ConfigError(f"SPECGUARD_ACTIVATIONS must be one of {', '.join(ACTIVATIONS)}, "
-                          f"got {name!r}")  # fmt: skip
-    return ACTIVATIONS[name]
 
 
 class BlockLinear(int8_kernel.UsesKernel, nn.Module):
@@ -98,16 +67,14 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
                 raise ValueError(f"blocks hold {blocks.shape[1]} bytes per row; {FORMATS[fmt]} "
                                  f"at in_features={in_features} takes {need}")  # fmt: skip
             codes = panels.codes(fmt, blocks.numpy())
-        self._kernel, self.fmt, self.isa, self.act = kernel, fmt, _COPY.get(), activations()
+        self._kernel, self.fmt, self.isa = kernel, fmt, _COPY.get()
         self.in_features, self.out_features = in_features, codes.q.shape[0]
         self.register_buffer("panels", torch.from_numpy(panels.to_panels(codes)))
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        y = self._kernel.block_mm(
-            rows.float(), self.panels, self.fmt, self.out_features, self.isa, self.act
-        )
+        y = self._kernel.block_mm(rows.float(), self.panels, self.fmt, self.out_features, self.isa)
         y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         return y if self.bias is None else y + self.bias
 
@@ -115,17 +82,16 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
     def stack(cls, parts: list[BlockLinear]) -> BlockLinear:
         """One layer whose outputs are `parts`' outputs in order, each the same sum as in its
         part; the parts then read their rows of its panels (views: no second copy)."""
-        if len({(p.fmt, p.isa, p.act, p.in_features, p.bias is None) for p in parts}) > 1:
-            raise ValueError("stacked parts need one block type, copy, activations, width and "
-                             "bias use")  # fmt: skip
+        if len({(p.fmt, p.isa, p.in_features, p.bias is None) for p in parts}) > 1:
+            raise ValueError("stacked parts need one block type, copy, width and bias use")
         if any(p.out_features % panels.LANES for p in parts):
             raise ValueError(f"stacked parts need whole panels ({panels.LANES} outputs each)")
         rows = torch.cat([p.panels for p in parts])
         out = cls.__new__(cls)
         nn.Module.__init__(out)
         first = parts[0]
-        out._kernel, out.fmt, out.isa, out.act = first._kernel, first.fmt, first.isa, first.act
-        out.in_features = first.in_features
+        out._kernel, out.fmt, out.isa, out.in_features = (first._kernel, first.fmt, first.isa,
+                                                          first.in_features)  # fmt: skip
         out.out_features = sum(p.out_features for p in parts)
         out.register_buffer("panels", rows)
         out.bias = None
@@ -145,7 +111,7 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
         """This layer restricted to the output channels `ids`: each kept output is the same sum."""
         bias = None if self.bias is None else self.bias[ids]
         kept = BlockLinear(self.codes().take(ids.numpy()), self.fmt, self.in_features, bias)
-        kept.isa, kept.act = self.isa, self.act
+        kept.isa = self.isa
         return kept
 
     def dequantized(self) -> torch.Tensor:
@@ -154,7 +120,7 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"{FORMATS[self.fmt]} blocks, int{self.act} activations")  # fmt: skip
+                f"{FORMATS[self.fmt]} blocks, specguard kernel")  # fmt: skip
 
 
 def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
