@@ -3,6 +3,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# no prompt cached on disk by an earlier run or test: the disk tier's tests turn it on in a
+# folder of their own (tests/test_prefix_disk.py)
+os.environ.setdefault("SPECGUARD_PREFIX_DISK", "off")
 
 import pytest
 

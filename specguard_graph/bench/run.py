@@ -19,11 +19,14 @@ def prompt_stores(*models: Any, keep: bool = False) -> Callable[[str], None]:
     """`run`'s `before(method)`. By default every local model forgets the prompts it kept, so
     each problem starts cold and no method is timed on another's prefill. `keep=True`: each
     method gets prefix stores of its own, kept from problem to problem, as a deployed agent
-    keeps its system prompt and tools cached across conversations."""
+    keeps its system prompt and tools cached across conversations. Either way the disk tier
+    (`prefix_disk.py`) is off: a method is never timed on another process's prefill."""
     from ..models.local.prefix_store import PrefixStore
 
     local = [m for m in models if getattr(m, "prefix_store", None) is not None]
     own: dict[str, list[Any]] = {}
+    for m in local:  # timed cold: no prompt from an earlier process either
+        m.prefix_store.disk = None
 
     def before(method: str) -> None:
         if not keep:

@@ -27,6 +27,7 @@ from .capture import ATTN_IMPLEMENTATION, capture_attention
 from .decoding import DelimiterWatch, cut_step, decode, feed_long, token_logprobs
 from .load import read
 from .numerics import Quantize, row_invariant
+from .prefix_disk import disk_tier
 from .prefix_store import DEFAULT_BYTES, PrefixStore, common_prefix
 
 
@@ -49,7 +50,9 @@ class LocalCausalLM:
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
         self.lock = threading.RLock()  # one forward at a time per model
         # prompts kept across runs (`prefix_store.py`): on where reuse is bit-exact
-        self.prefix_store = PrefixStore(model.config, DEFAULT_BYTES if row_invariant(model) else 0)
+        exact = row_invariant(model)
+        self.prefix_store = PrefixStore(model.config, DEFAULT_BYTES if exact else 0,
+                                        disk_tier(model) if exact else None)  # fmt: skip
         self._pieces: dict[int, str] = {}
 
     # ---- loading -------------------------------------------------------------------------

@@ -9,6 +9,10 @@ exact where the model is row-invariant (the gguf and int8 formats): a row's logi
 which rows were fed with it, so a cached prefix plus the new tokens computes the same bits
 as a cold prefill of the whole prompt (tests/test_prefix_store.py). A model without that
 contract (float32 through torch's kernels, CUDA) starts with the store off.
+
+Under the memory sits a tier on disk (`prefix_disk.py`), shared by every process on the
+machine: a recall that the memory cannot serve (or serves with a shorter prefix) looks there,
+and every remembered prompt is written there too.
 """
 
 from __future__ import annotations
@@ -64,11 +68,12 @@ class PrefixStore:
     """A model's cached prompts (see module doc). Safe under concurrent calls: entries are
     never handed out, only copied under the store's lock."""
 
-    def __init__(self, config: Any, max_bytes: int = DEFAULT_BYTES):
+    def __init__(self, config: Any, max_bytes: int = DEFAULT_BYTES, disk: Any = None):
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise ValueError(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
         self.config = config
         self.max_bytes = max_bytes
+        self.disk = disk  # a `prefix_disk.DiskPrefixes`, or None
         self._entries: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = self.reused_tokens = 0
@@ -99,13 +104,21 @@ class PrefixStore:
                 n = common_prefix(entry.ids, ids)
                 if n > keep:
                     best, keep = entry, n
-            if best is None or keep < MIN_TOKENS:
+            if best is not None and keep >= MIN_TOKENS:
+                self._entries.move_to_end(best.ids)
+                found = compact_copy(best.cache, self.config, keep), list(ids[:keep])
+            else:
+                found, keep = None, MIN_TOKENS - 1
+        if self.disk is not None and (longer := self.disk.lookup(ids, at_least=keep)):
+            found = longer  # and a copy of its own for this process's next recall
+            self._keep(longer[1], compact_copy(longer[0], self.config, len(longer[1])))
+        with self._lock:
+            if found is None:
                 self.misses += 1
                 return None
-            self._entries.move_to_end(best.ids)
             self.hits += 1
-            self.reused_tokens += keep
-            return compact_copy(best.cache, self.config, keep), list(ids[:keep])
+            self.reused_tokens += len(found[1])
+        return found
 
     @torch.inference_mode()
     def remember(self, ids: Sequence[int], cache: Any) -> bool:
@@ -119,13 +132,20 @@ class PrefixStore:
                 self._entries.move_to_end(longer)
                 return True
         copy = compact_copy(cache, self.config, len(key))
+        if self.disk is not None:
+            self.disk.store(key, copy)
+        self._keep(key, copy)
+        return True
+
+    def _keep(self, ids: Sequence[int], copy: Any) -> None:
+        """Hold `copy` (a private cache over exactly `ids`) in memory."""
+        key = tuple(ids)
         size = nbytes(copy)
         if size > self.max_bytes:
-            return True
+            return
         with self._lock:
             for old in [k for k in self._entries if k == key[: len(k)]]:
                 del self._entries[old]  # a stored prefix of this one is now redundant
             self._entries[key] = _Entry(key, copy, size)
             while self.size > self.max_bytes:
                 self._entries.popitem(last=False)
-        return True

@@ -1,0 +1,1 @@
+"""`specguard distill`: the draft learns the target, from problems the target answers."""
