@@ -1,5 +1,5 @@
 """An agent's first call in a new process, after another process prefilled its prompt: the disk
-tier of the prefix store (`models/local/prefix_disk.py`) against a cold call.
+tier of the prefix store (`models/local/prefix_store/disk.py`) against a cold call.
 
 The prompt is the first call of a BFCL multi-turn task (its tools and the user's first
 message), recorded from the agent as `prefix_reuse.py` records it. Each round runs three

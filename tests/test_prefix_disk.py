@@ -16,7 +16,7 @@ import torch
 from specguard_graph.errors import ConfigError
 from specguard_graph.models.local import numerics
 from specguard_graph.models.local.hf import LocalCausalLM
-from specguard_graph.models.local.prefix_disk import DiskPrefixes, disk_tier, fingerprint
+from specguard_graph.models.local.prefix_store.disk import DiskPrefixes, disk_tier, fingerprint
 from specguard_graph.testing import tiny_lm
 
 SYSTEM = "You are a careful assistant. Use the tools you are given. " * 3

@@ -20,7 +20,7 @@ def prompt_stores(*models: Any, keep: bool = False) -> Callable[[str], None]:
     each problem starts cold and no method is timed on another's prefill. `keep=True`: each
     method gets prefix stores of its own, kept from problem to problem, as a deployed agent
     keeps its system prompt and tools cached across conversations. Either way the disk tier
-    (`prefix_disk.py`) is off: a method is never timed on another process's prefill."""
+    (`prefix_store/disk.py`) is off: a method is never timed on another process's prefill."""
     from ..models.local.prefix_store import PrefixStore
 
     local = [m for m in models if getattr(m, "prefix_store", None) is not None]

@@ -30,7 +30,7 @@ class PrefixCache:
     prefill_tokens: int = 0  # tokens fed in catch-up prefills (batch 1)
     prefill_s: float = 0.0  # seconds of the catch-up forwards (one fused into a check: the check's)
     decode_tokens: int = 0  # tokens fed while generating (all rows)
-    reused_tokens: int = 0  # tokens whose KV came from an earlier run (`local/prefix_store.py`)
+    reused_tokens: int = 0  # tokens whose KV came from an earlier run (`local/prefix_store/`)
     remembered: bool = False  # this run's prompt is in the model's prefix store
 
     def extend(self, ids: Sequence[int]) -> None:

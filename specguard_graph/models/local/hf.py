@@ -26,9 +26,8 @@ from . import lean_layers
 from .capture import ATTN_IMPLEMENTATION, capture_attention
 from .decoding import DelimiterWatch, cut_step, decode, feed_long, token_logprobs
 from .load import read
-from .numerics import Quantize, row_invariant
-from .prefix_disk import disk_tier
-from .prefix_store import DEFAULT_BYTES, PrefixStore, common_prefix
+from .numerics import Quantize
+from .prefix_store import PrefixStore, common_prefix
 
 
 class LocalCausalLM:
@@ -49,10 +48,8 @@ class LocalCausalLM:
         pad, self.eos_ids = tokenizer.pad_token_id, sorted(eos)
         self.pad_id = pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0)
         self.lock = threading.RLock()  # one forward at a time per model
-        # prompts kept across runs (`prefix_store.py`): on where reuse is bit-exact
-        exact = row_invariant(model)
-        self.prefix_store = PrefixStore(model.config, DEFAULT_BYTES if exact else 0,
-                                        disk_tier(model) if exact else None)  # fmt: skip
+        # prompts kept across runs (`prefix_store/`): on where reuse is bit-exact
+        self.prefix_store = PrefixStore.for_model(model)
         self._pieces: dict[int, str] = {}
 
     # ---- loading -------------------------------------------------------------------------

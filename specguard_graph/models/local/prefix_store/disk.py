@@ -3,7 +3,7 @@
 Why: an agent app restarts. A LangGraph server worker, a CLI run or a notebook kernel prefills
 the same system prompt and tool schemas again, and on a CPU that first call is most of a task
 (issue 73: 58-61 % of a BFCL multi-turn task on a 2-core AVX2 machine). The in-memory store
-(`prefix_store.py`) dies with its process; this tier does not.
+(`__init__.py`) dies with its process; this tier does not.
 
 Layout: one folder per model fingerprint (`fingerprint`: the weights' bytes as the kernels
 read them, each layer's activation format, the kernels' sources and torch's version), so an
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .kv_cache import new_cache
+from ..kv_cache import new_cache
 
 DEFAULT_DISK_BYTES = 8 << 30
 _FORMAT = 1  # of an entry's bytes
@@ -61,14 +61,14 @@ def disk_tier(model: torch.nn.Module) -> DiskPrefixes | None:
         if limit < 0:
             raise ValueError
     except ValueError:
-        from ...errors import ConfigError
+        from ....errors import ConfigError
 
         raise ConfigError(f"SPECGUARD_PREFIX_DISK_BYTES must be a non-negative integer (bytes), "
                           f"got {raw!r}") from None  # fmt: skip
     if where:
         root = Path(where).expanduser()
     else:
-        from ..install.registry import home
+        from ...install.registry import home
 
         root = home() / "prefix-cache"
     return DiskPrefixes(root, lambda: fingerprint(model), model.config, limit)
@@ -78,7 +78,7 @@ def fingerprint(model: torch.nn.Module) -> str:
     """What a cached KV depends on besides the prompt: the model's parameters and buffers as
     stored (a quantised model's blocks and scales), each block layer's activation bits, the
     kernels' sources and flags, and torch's version."""
-    from . import int8_kernel
+    from .. import int8_kernel
 
     h = hashlib.sha256(f"specguard-kv-{_FORMAT}|{torch.__version__}".encode())
     h.update(hashlib.sha256(int8_kernel.build_key()).digest())
@@ -139,18 +139,18 @@ class DiskPrefixes:
     def lookup(self, ids: Sequence[int], at_least: int) -> tuple[Any, list[int]] | None:
         """A cache over the longest stored prefix of `ids` longer than `at_least` tokens, and
         the ids it covers; None if there is none (or it was corrupt: then it is deleted)."""
-        from .prefix_store import common_prefix, compact_copy
-
         best, keep = None, at_least
-        want = list(ids)
+        want = np.asarray(ids, dtype=np.int32)
         for path, stored in self._entries():
-            n = common_prefix(stored.tolist(), want)
+            n = min(len(stored), len(want))
+            differ = np.flatnonzero(stored[:n] != want[:n])
+            n = int(differ[0]) if len(differ) else n
             if n > keep:
                 best, keep = path, n
         if best is None:
             self.misses += 1
             return None
-        cache = self._read(best.with_suffix(".kv"))
+        cache = self._read(best.with_suffix(".kv"), keep)
         if cache is None:
             return None
         for p in (best, best.with_suffix(".kv")):  # recently used
@@ -159,9 +159,10 @@ class DiskPrefixes:
             except OSError:
                 pass
         self.hits += 1
-        return compact_copy(cache, self.config, keep), want[:keep]
+        return cache, [int(t) for t in want[:keep]]
 
-    def _read(self, path: Path) -> Any | None:
+    def _read(self, path: Path, keep: int | None = None) -> Any | None:
+        """The entry's cache (its first `keep` positions), or None if it is gone or corrupt."""
         try:
             raw = path.read_bytes()
             head, _, payload = raw.partition(b"\n")
@@ -183,8 +184,9 @@ class DiskPrefixes:
         cache = new_cache(self.config)
         for dst, kv in zip(cache.layers, layers, strict=False):
             if kv is not None:
-                dst.lazy_initialization(*kv)
-                dst.keys, dst.values = kv
+                k, v = (t[..., :keep, :].clone() if keep is not None else t for t in kv)
+                dst.lazy_initialization(k, v)
+                dst.keys, dst.values = k, v
         return cache
 
     def store(self, ids: Sequence[int], cache: Any) -> None:

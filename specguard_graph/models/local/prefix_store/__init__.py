@@ -10,7 +10,7 @@ which rows were fed with it, so a cached prefix plus the new tokens computes the
 as a cold prefill of the whole prompt (tests/test_prefix_store.py). A model without that
 contract (float32 through torch's kernels, CUDA) starts with the store off.
 
-Under the memory sits a tier on disk (`prefix_disk.py`), shared by every process on the
+Under the memory sits a tier on disk (`disk.py`), shared by every process on the
 machine: a recall that the memory cannot serve (or serves with a shorter prefix) looks there,
 and every remembered prompt is written there too.
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .kv_cache import new_cache
+from ..kv_cache import new_cache
 
 DEFAULT_BYTES = 1 << 30  # per model: a 1.5B target's ~4k-token prompt takes ~0.24 GB
 MIN_TOKENS = 16  # a shorter shared prefix is not worth a copy
@@ -73,10 +73,20 @@ class PrefixStore:
             raise ValueError(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
         self.config = config
         self.max_bytes = max_bytes
-        self.disk = disk  # a `prefix_disk.DiskPrefixes`, or None
+        self.disk = disk  # a `disk.DiskPrefixes`, or None
         self._entries: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = self.reused_tokens = 0
+
+    @classmethod
+    def for_model(cls, model: Any) -> PrefixStore:
+        """The store a loaded model starts with: on, over the disk tier, where reuse is exact
+        (`numerics.row_invariant`); off elsewhere."""
+        from ..numerics import row_invariant
+        from .disk import disk_tier
+
+        exact = row_invariant(model)
+        return cls(model.config, DEFAULT_BYTES if exact else 0, disk_tier(model) if exact else None)
 
     @property
     def size(self) -> int:
