@@ -9,13 +9,13 @@ written by the target. `response_metadata` says who wrote it and why.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
@@ -25,7 +25,8 @@ from ..context import RunContext
 from ..errors import ConfigError
 from .calls import CallFormat
 from .messages import finish_reason, to_ai_message, to_template
-from .spec import ChatSteps, chat_question
+from .spec import ChatSteps, chat_question, forced_prefix
+from .stream import MessageStream, stream_message
 
 SPEC = ChatSteps()
 # one message per run, greedy, no vote: the cheapest setting that is still SpecGuard
@@ -101,6 +102,14 @@ class ToolChatModel(BaseChatModel):
         template = with_system(to_template(messages), self.system_prompt, tools)
         return chat_question(template, tools, tool_choice, self.calls)
 
+    def message_stream(self, writer: Any, messages: list[BaseMessage],
+                       tools: Sequence[dict[str, Any]],
+                       tool_choice: str | None) -> MessageStream:  # fmt: skip
+        """The streamer of a message `writer` writes for this turn (checks the turn first)."""
+        self.question(messages, tools, tool_choice)  # a bad turn fails before any thread starts
+        decode = getattr(writer, "decode", None) or (lambda ids: "")
+        return MessageStream(decode, forced_prefix(tool_choice, self.calls), self.calls)
+
 
 class SpecGuardChatModel(ToolChatModel):
     """A chat model whose messages the draft writes and the target checks (see module doc).
@@ -138,6 +147,28 @@ class SpecGuardChatModel(ToolChatModel):
             self._graph = build_graph(self.draft, self.target, embedder=self.embedder,
                                       steps=SPEC, config=self.config).compile()  # fmt: skip
         return self._graph
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        tool_choice: str | None = None,
+        context: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        """`_generate`'s message as it becomes final (`agents/stream.py`): the target's tokens
+        as it rewrites or verifies them; an accepted draft message whole, once accepted."""
+
+        def generate() -> ChatResult:
+            return self._generate(messages, stop, tools=tools, tool_choice=tool_choice,
+                                  context=context, **kwargs)  # fmt: skip
+
+        self.graph()  # the target a LangChain chat model names is wrapped first
+        stream = self.message_stream(self.target, messages, tools, tool_choice)
+        yield from stream_message(generate, stream, run_manager)
 
     def _generate(
         self,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from langgraph.runtime import Runtime
 
 from ..context import RunContext
+from ..models import tokens as streamed
 from ..models.local.hf import LocalCausalLM
 from ..models.local.verify import can_verify, verify_greedy
 from ..models.served.client import ServedStepModel
@@ -38,13 +39,14 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     session = deps.sessions.get(state)
     budget = min(cfg.max_step_tokens, remaining_tokens(state, cfg))
     verified = None
-    if cfg.fallback == "verify" and can_verify(deps.target):
-        sample, stats = _verify(deps, state, session, budget)
-        verified = stats.as_dict()
-    else:
-        sample = deps.target.sample(session.target, n=1, delimiter=deps.spec.delimiter,
-                                    max_new_tokens=budget, temperature=0.0,
-                                    seed=cfg.seed + step_index(state), fork=False)  # fmt: skip
+    with streamed.final():  # the target's tokens are the step's as it writes them (a stream's)
+        if cfg.fallback == "verify" and can_verify(deps.target):
+            sample, stats = _verify(deps, state, session, budget)
+            verified = stats.as_dict()
+        else:
+            sample = deps.target.sample(session.target, n=1, delimiter=deps.spec.delimiter,
+                                        max_new_tokens=budget, temperature=0.0,
+                                        seed=cfg.seed + step_index(state), fork=False)  # fmt: skip
     cand = sample.candidates[0]
     deps.target.adopt(session.target, sample, 0)
     text, ended, dropped, tokens = cand.text, cand.ended, None, cand.n_tokens

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .. import tokens as tokens_stream
 from ..base import Candidate
 
 Piece = Callable[[int], str]
@@ -134,6 +135,8 @@ def decode(
         tokens.append(nxt)
         logprobs.append(token_logprobs(logits, nxt))
         ids, ended = nxt.tolist(), torch.isin(nxt, eos).tolist()
+        if rows == 1 and not ended[0]:  # a greedy answer streams as it is written
+            tokens_stream.emit(ids)
         lps = logprobs[-1].tolist() if stop_if is not None else None
         for r, live in enumerate(alive.tolist()):
             if live and (ended[r] or watch.seen(r, ids[r])):

@@ -28,6 +28,7 @@ import torch
 
 from ...errors import ConfigError
 from ...steps import NEVER
+from .. import tokens as tokens_stream
 from ..base import Candidate, PrefixCache
 from . import numerics
 from .decoding import cut_step, feed_long
@@ -116,6 +117,7 @@ def greedy(lm: LocalCausalLM, pc: PrefixCache, *, max_new_tokens: int, index: Ng
             forwards += 1
             pc.cache.crop(len(new) - 1 - len(prop))  # keep the KV of the accepted proposals
             seq.extend(new)
+            tokens_stream.emit(new, eos)
             own.add(seq, len(seq) - len(new))
             if new[-1] in eos:
                 break

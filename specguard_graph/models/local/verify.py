@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import tokens as tokens_stream
 from ..base import PrefixCache, Sample
 from .decoding import DelimiterWatch, cut_step, feed_long, token_logprobs
 from .draft_head import next_token
@@ -222,6 +223,7 @@ def verify_greedy(
                     new, done = new[: i + 1], True
                     break
             stretch.seq.extend(new)
+            tokens_stream.emit(new, eos)
             if not on_candidate:
                 stats.count(new, prop, drafted)
             elif gen != list(candidate[: len(gen)]):  # the target left the candidate

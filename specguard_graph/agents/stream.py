@@ -1,0 +1,151 @@
+"""A chat model's message as `AIMessageChunk`s, each sent when its text is final.
+
+Who writes final text, and when (`models/tokens.py`): a one-model message token by token as
+it is decoded; a SpecGuard message the target rewrites or verifies, token by token as the target
+keeps it; a drafted message the graph accepts, whole, once accepted (a draft's tokens are never
+streamed: they may still be replaced). So nothing streamed is ever withdrawn.
+
+What of that text is content: the message's content is its text less its call blocks, stripped
+(`calls.parse_calls`). A delta is sent only when it is certain to be a prefix of that content:
+not while the text could still be a call (a `<tool_call>` block being written, a partial tag at
+the end, a message that starts like bare JSON or a Python call), not trailing whitespace (the
+end may strip it). The last chunk carries the rest of the content, the calls as
+`tool_call_chunks` (name and JSON arguments; LangChain parses them back into `tool_calls`),
+`response_metadata` and `usage_metadata`, so the joined chunks are what `invoke` returns. One
+exception, LangChain's: it reads a chunk's arguments as partial JSON, so a call that does not
+parse but whose text reads as a JSON object (cut mid-way) would join as a runnable call; such
+a call travels in `response_metadata["invalid_tool_calls"]` instead (the parse error is lost in
+chunks either way).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import queue
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.utils.json import parse_partial_json
+
+from ..models import tokens
+from .calls import _BLOCK, _LOOKS_LIKE_CALL
+
+_TAG = "<tool_call>"
+_MAYBE_CALL = re.compile(r"^\[?\s*([A-Za-z_][\w.]*\s*)?$")  # could still become `f(`
+
+
+def safe_content(text: str, calls: str) -> str:
+    """The longest prefix of the final content that `text` (the message so far) settles."""
+    if calls == "python":  # content is the whole text unless it reads as calls
+        body = text.strip("`\n ")
+        if text.lstrip().startswith("`") or _MAYBE_CALL.match(body) or _LOOKS_LIKE_CALL.match(body):
+            return ""
+        return text.strip()
+    head = text.lstrip()
+    if _TAG not in text and head[:1] in ("{", "[", "`", ""):
+        return ""  # may be bare call objects (`calls._bare_calls`)
+    cut = len(text)
+    opened = text.rfind(_TAG)
+    if opened != -1 and text.find("</tool_call>", opened) == -1:
+        cut = opened  # a block being written
+    for n in range(min(len(_TAG) - 1, cut), 0, -1):  # a tag being written
+        if _TAG.startswith(text[cut - n : cut]):
+            cut -= n
+            break
+    return _BLOCK.sub("", text[:cut]).strip()
+
+
+def _stays_invalid(args: Any) -> bool:
+    """Does LangChain keep this text an invalid call when it joins chunks?"""
+    if not args:
+        return False
+    try:
+        return not isinstance(parse_partial_json(args), dict)
+    except Exception:
+        return True
+
+
+class MessageStream:
+    """Token ids in, content deltas out (`add`), then the last chunk (`finish`)."""
+
+    def __init__(self, decode: Callable[[list[int]], str], prefix: str, calls: str):
+        self.decode, self.prefix, self.calls = decode, prefix, calls
+        self.ids: list[int] = []
+        self.sent = ""
+
+    def add(self, ids: Sequence[int]) -> str:
+        self.ids.extend(ids)
+        text = self.decode(self.ids).rstrip("\ufffd")  # a character still being written
+        safe = safe_content(self.prefix + text, self.calls)
+        if len(safe) <= len(self.sent) or not safe.startswith(self.sent):
+            return ""
+        delta, self.sent = safe[len(self.sent) :], safe
+        return delta
+
+    def finish(self, message: AIMessage) -> AIMessageChunk:
+        content = message.content if isinstance(message.content, str) else ""
+        if not content.startswith(self.sent):  # never expected: streamed text is final text
+            raise RuntimeError(f"streamed {self.sent!r}, but the message says {content!r}")
+        calls = [{"name": c["name"], "args": json.dumps(c["args"], ensure_ascii=False),
+                  "id": c["id"], "index": i, "type": "tool_call_chunk"}
+                 for i, c in enumerate(message.tool_calls)]  # fmt: skip
+        # LangChain reads a chunk's arguments as partial JSON: an invalid call whose text would
+        # read as an object would join as a call, so it travels in the metadata instead
+        kept = [c for c in message.invalid_tool_calls if _stays_invalid(c.get("args"))]
+        calls += [{"name": c.get("name"), "args": c.get("args"), "id": c["id"],
+                   "index": len(calls) + i, "type": "tool_call_chunk"}
+                  for i, c in enumerate(kept)]  # fmt: skip
+        meta = dict(message.response_metadata)
+        if moved := [c for c in message.invalid_tool_calls if c not in kept]:
+            meta["invalid_tool_calls"] = moved
+        return AIMessageChunk(
+            content=content[len(self.sent) :],
+            tool_call_chunks=calls,
+            response_metadata=meta,
+            usage_metadata=message.usage_metadata,
+            id=message.id,
+            chunk_position="last",
+        )
+
+
+def stream_message(
+    generate: Callable[[], ChatResult],
+    stream: MessageStream,
+    run_manager: CallbackManagerForLLMRun | None,
+) -> Iterator[ChatGenerationChunk]:
+    """Run `generate` (a chat model's `_generate`) on a thread of its own, under a token sink,
+    and yield its message as chunks as its text becomes final."""
+    got: queue.Queue[list[int] | None] = queue.Queue()
+    out: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            with tokens.sink(got.put):
+                out["result"] = generate()
+        except BaseException as exc:  # raised again on the caller's thread
+            out["error"] = exc
+        finally:
+            got.put(None)
+
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True)
+    worker.start()
+    while (ids := got.get()) is not None:
+        if delta := stream.add(ids):
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content=delta))
+            if run_manager is not None:
+                run_manager.on_llm_new_token(delta, chunk=chunk)
+            yield chunk
+    worker.join()
+    if "error" in out:
+        raise out["error"]
+    last = stream.finish(out["result"].generations[0].message)
+    chunk = ChatGenerationChunk(message=last)
+    if run_manager is not None:
+        run_manager.on_llm_new_token(last.content, chunk=chunk)  # type: ignore[arg-type]
+    yield chunk

@@ -1,0 +1,54 @@
+"""Tokens as they become final, for whoever streams them (`agents/stream.py`).
+
+Why a context variable, not a callback argument: the tokens are final deep inside the engine's
+loops (a greedy decode, prompt lookup, the target's verification), under the graph's nodes,
+which take no callbacks. A streaming caller sets a sink (`sink`); a writer whose text is the
+answer as it is written marks its loop final (`final`: the one-model chat model's decode, the
+target's rewrite or verification); the loops call `emit` with each token they keep. The draft's
+candidates are never marked, so they never reach a stream. Without both, `emit` does nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+_SINK: contextvars.ContextVar[Callable[[list[int]], None] | None] = contextvars.ContextVar(
+    "token_sink", default=None
+)
+_FINAL: contextvars.ContextVar[bool] = contextvars.ContextVar("tokens_final", default=False)
+
+
+@contextmanager
+def sink(fn: Callable[[list[int]], None]) -> Iterator[None]:
+    """Final tokens written inside this block go to `fn`, in order."""
+    token = _SINK.set(fn)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
+
+
+@contextmanager
+def final() -> Iterator[None]:
+    """The tokens the engine keeps inside this block are the answer's, as written."""
+    token = _FINAL.set(True)
+    try:
+        yield
+    finally:
+        _FINAL.reset(token)
+
+
+def wanted() -> bool:
+    return _FINAL.get() and _SINK.get() is not None
+
+
+def emit(ids: Sequence[int], eos: Sequence[int] | set[int] = ()) -> None:
+    """Send `ids` (less any EOS) to the sink, where a final writer streams."""
+    fn = _SINK.get()
+    if fn is None or not _FINAL.get():
+        return
+    kept = [int(t) for t in ids if t not in eos]
+    if kept:
+        fn(kept)

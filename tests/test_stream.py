@@ -1,0 +1,179 @@
+"""Streaming chat models: chunks arrive as their text becomes final, and the joined chunks are
+the message `invoke` returns, on every path (accepted, rewritten, verified, lookup, cut at the
+budget, a forced tool choice)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+
+from specguard_graph import CallableStepModel, SpecGuardChatModel, StepOutput, chat_config
+from specguard_graph.agents.calls import parse_calls
+from specguard_graph.agents.plain import PlainChatModel
+from specguard_graph.agents.stream import safe_content
+from specguard_graph.models.local import numerics
+from specguard_graph.models.local.hf import LocalCausalLM
+from specguard_graph.testing import tiny_lm, tiny_models, tiny_tokenizer
+
+TIMES = ("time_s", "prefill_s", "decode_s", "timing", "spent", "fed")  # clocks differ per call
+
+
+@tool
+def add(a: float, b: float) -> float:
+    """Add two numbers."""
+    return a + b
+
+
+def call(name: str, **args: object) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
+
+
+TEXTS = {
+    "json": [
+        "The sum is 5.",
+        "  Let me add them.\n" + call("add", a=2, b=3) + "\nDone, then.  ",
+        call("add", a=1, b=2) + call("add", a=3, b=4),
+        '{"name": "add", "arguments": {"a": 1, "b": 2}}',
+        '```json\n{"name": "add", "arguments": {}}\n```',
+        "x < 3 and <tool_ca is not a tag, <b>bold</b>",
+        "Broken: <tool_call>\n{not json\n</tool_call> after",
+        "cut in the middle <tool_call>\n{\"name\": \"add\"",
+    ],
+    "python": ["add(a=1, b=2)", "[add(a=1), add(b=2)]", "The answer is 7.", "Hello world",
+               "```python\nadd(a=1)\n```", "addition(a=1) is what I would call"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("calls", sorted(TEXTS))
+def test_what_is_sent_early_is_always_a_prefix_of_the_final_content(calls):
+    for text in TEXTS[calls]:
+        final = parse_calls(text, calls).content
+        sent = ""
+        for end in range(len(text) + 1):
+            safe = safe_content(text[:end], calls)
+            assert final.startswith(safe), (text, text[:end], safe, final)
+            assert safe.startswith(sent) or len(safe) < len(sent), (text[:end], safe, sent)
+            sent = max(sent, safe, key=len)
+
+
+def test_content_streams_before_the_message_ends_and_calls_wait_for_their_block():
+    text = "Let me add them. " + call("add", a=2, b=3)
+    assert safe_content(text[:10], "json") == "Let me add"
+    assert safe_content(text[: text.index("<") + 4], "json") == "Let me add them."
+    assert safe_content('{"name": "ad', "json") == ""  # could be a bare call
+    assert safe_content("The answer", "python") == "The answer"
+    assert safe_content("add", "python") == ""  # could become add(
+
+
+def joined(chunks):
+    out = chunks[0]
+    for c in chunks[1:]:
+        out = out + c
+    return out
+
+
+def assert_same(streamed, invoked):
+    assert streamed.content == invoked.content
+    strip = [{k: v for k, v in c.items() if k != "id"} for c in invoked.tool_calls]
+    assert [{k: v for k, v in c.items() if k != "id"} for c in streamed.tool_calls] == strip
+    # an invalid call LangChain would read as an object travels in the metadata (stream.py)
+    moved = streamed.response_metadata.get("invalid_tool_calls", [])
+    assert [c["args"] for c in [*streamed.invalid_tool_calls, *moved]] == [
+        c["args"] for c in invoked.invalid_tool_calls
+    ]
+    assert all(c["name"] for c in streamed.tool_calls)  # none joined as a nameless call
+    a = {
+        k: v
+        for k, v in streamed.response_metadata.items()
+        if k not in (*TIMES, "invalid_tool_calls")
+    }
+    b = {k: v for k, v in invoked.response_metadata.items() if k not in TIMES}
+    assert a == b
+    assert streamed.usage_metadata == invoked.usage_metadata
+
+
+def stream_and_invoke(model, messages):
+    chunks = [c for c in model.stream(messages)]
+    return chunks, model.invoke(messages)
+
+
+@pytest.fixture(scope="module")
+def int8_target() -> LocalCausalLM:
+    base = tiny_lm(layers=3, hidden=64, heads=4, seed=3, init_range=0.3, newline_bias=0.0)
+    return LocalCausalLM(numerics.apply(copy.deepcopy(base.model), "int8", "cpu"), base.tokenizer)
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_the_one_model_chat_model_streams_each_token_and_joins_to_invoke(int8_target, lookup):
+    model = PlainChatModel(lm=int8_target, max_tokens=24, lookup=lookup)
+    chunks, invoked = stream_and_invoke(model, [HumanMessage("Say something.")])
+    assert_same(joined(chunks), invoked)
+    assert invoked.response_metadata["finish_reason"] in ("length", "stop", "tool_calls")
+    if len(invoked.content) > 10:  # text arrives over several chunks, not at the end
+        assert len([c for c in chunks if c.content]) > 2
+
+
+def test_a_message_cut_at_its_budget_and_a_forced_call_join_to_invoke(int8_target):
+    model = PlainChatModel(lm=int8_target, max_tokens=5)
+    chunks, invoked = stream_and_invoke(model, [HumanMessage("Talk.")])
+    assert invoked.response_metadata["finish_reason"] == "length"
+    assert_same(joined(chunks), invoked)
+    forced = PlainChatModel(lm=int8_target, max_tokens=8).bind_tools([add], tool_choice="add")
+    chunks, invoked = stream_and_invoke(forced, [HumanMessage("2 + 3?")])
+    assert_same(joined(chunks), invoked)
+    assert all(not c.content for c in chunks[:-1])  # a forced call streams no text
+
+
+def scripted(reply, *, name):
+    def fn(prompt, n, **kw):
+        return [StepOutput(text=reply, token_logprobs=[-0.01] * 4, ended="eos")] * n
+
+    return CallableStepModel(fn, name=name, has_logprobs=True, tokenizer=tiny_tokenizer())
+
+
+def test_an_accepted_draft_message_arrives_in_one_chunk_and_joins_to_invoke():
+    m = SpecGuardChatModel(draft=scripted("All done: " + call("add", a=2, b=3), name="d"),
+                           target=scripted("target", name="t"),
+                           config=chat_config(beta=1.0, tau=0.1)).bind_tools([add])  # fmt: skip
+    chunks, invoked = stream_and_invoke(m, [HumanMessage("2 + 3?")])
+    assert invoked.response_metadata["accepted"] and len(chunks) == 1
+    assert_same(joined(chunks), invoked)
+    assert joined(chunks).tool_calls[0]["args"] == {"a": 2, "b": 3}
+
+
+@pytest.mark.parametrize("fallback", ["rewrite", "verify"])
+def test_a_message_the_target_writes_streams_its_tokens_and_joins_to_invoke(fallback):
+    draft, target, embedder = tiny_models()
+    m = SpecGuardChatModel(draft=draft, target=target, embedder=embedder,
+                           config=chat_config(tau=1.01, fallback=fallback, max_step_tokens=20,
+                                              max_total_tokens=20))  # fmt: skip
+    chunks, invoked = stream_and_invoke(m, [HumanMessage("Say something.")])
+    assert invoked.response_metadata["source"] == "target"
+    assert_same(joined(chunks), invoked)
+    if len(invoked.content) > 10:
+        assert len([c for c in chunks if c.content]) > 2
+
+
+def test_a_forced_tool_choice_joins_to_invoke_on_specguard():
+    m = SpecGuardChatModel(draft=scripted('{"a": 2, "b": 3}}\n</tool_call>', name="d"),
+                           target=scripted("x", name="t"),
+                           config=chat_config(beta=1.0, tau=0.1))  # fmt: skip
+    forced = m.bind_tools([add], tool_choice="add")
+    chunks, invoked = stream_and_invoke(forced, [HumanMessage("2 + 3?")])
+    assert_same(joined(chunks), invoked)
+    assert joined(chunks).tool_calls and joined(chunks).tool_calls[0]["name"] == "add"
+
+
+def test_an_agent_streams_the_message_token_by_token_in_langgraph_messages_mode(int8_target):
+    from langchain.agents import create_agent
+
+    agent = create_agent(PlainChatModel(lm=int8_target, max_tokens=16), tools=[add])
+    parts = [m for m, _ in agent.stream({"messages": [HumanMessage("Say something.")]},
+                                        stream_mode="messages")]  # fmt: skip
+    final = agent.invoke({"messages": [HumanMessage("Say something.")]})["messages"][-1]
+    texts = [p.content for p in parts if p.content]
+    assert len(texts) > 2 and "".join(texts) == final.content
