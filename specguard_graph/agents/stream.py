@@ -61,6 +61,10 @@ def safe_content(text: str, calls: str) -> str:
     return _BLOCK.sub("", text[:cut]).strip()
 
 
+class StreamClosed(Exception):
+    """Raised inside the engine's loop when the stream's reader has gone."""
+
+
 def _stays_invalid(args: Any) -> bool:
     """Does LangChain keep this text an invalid call when it joins chunks?"""
     if not args:
@@ -123,10 +127,16 @@ def stream_message(
     and yield its message as chunks as its text becomes final."""
     got: queue.Queue[list[int] | None] = queue.Queue()
     out: dict[str, Any] = {}
+    gone = threading.Event()
+
+    def put(ids: list[int]) -> None:
+        if gone.is_set():  # the reader closed the stream: stop writing at this token
+            raise StreamClosed("the stream's reader is gone")
+        got.put(ids)
 
     def work() -> None:
         try:
-            with tokens.sink(got.put):
+            with tokens.sink(put):
                 out["result"] = generate()
         except BaseException as exc:  # raised again on the caller's thread
             out["error"] = exc
@@ -135,13 +145,16 @@ def stream_message(
 
     worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True)
     worker.start()
-    while (ids := got.get()) is not None:
-        if delta := stream.add(ids):
-            chunk = ChatGenerationChunk(message=AIMessageChunk(content=delta))
-            if run_manager is not None:
-                run_manager.on_llm_new_token(delta, chunk=chunk)
-            yield chunk
-    worker.join()
+    try:
+        while (ids := got.get()) is not None:
+            if delta := stream.add(ids):
+                chunk = ChatGenerationChunk(message=AIMessageChunk(content=delta))
+                if run_manager is not None:
+                    run_manager.on_llm_new_token(delta, chunk=chunk)
+                yield chunk
+    finally:  # also when the reader closes the generator early: the engine stops at its
+        gone.set()  # next token, and the model is free again when this returns
+        worker.join()
     if "error" in out:
         raise out["error"]
     last = stream.finish(out["result"].generations[0].message)

@@ -12,6 +12,7 @@ from .calibrate import calibrate
 from .common import OneLineErrors
 from .evidence import evidence
 from .models import models_app
+from .serve import serve
 from .solve import solve
 from .view import view
 
@@ -21,6 +22,7 @@ app.command()(bench)
 app.command()(calibrate)
 app.command()(evidence)
 app.command()(view)
+app.command()(serve)
 app.add_typer(models_app, name="models")
 
 

@@ -234,7 +234,6 @@ def verify_greedy(
             pc.cache.crop(len(new) - 1 - len(prop))  # KV of the accepted proposals only
     pc.decode_tokens += len(gen)
     stats.kept = common_prefix(gen, candidate)
-    cache_ids = [*pc.ids, *gen[:-1]]
-    pc.cache_ids = cache_ids
+    pc.cache_ids = cache_ids = [*pc.ids, *gen[:-1]]
     cand = cut_step(gen, delimiter, target.eos_ids, target.decode, torch.cat(lps))
     return Sample([cand], len(pc.ids), pc.cache, [cache_ids], None), stats
