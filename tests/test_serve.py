@@ -190,6 +190,9 @@ def test_a_client_that_leaves_mid_stream_frees_the_model(server):
             time.sleep(0.01)
         assert not served.lock.locked()
         assert len(forwards) < full / 2  # it stopped, not wrote the message out
+        engine_lock = served.model.lm.lock  # the generation was unwound, not left holding it
+        assert engine_lock.acquire(timeout=5)
+        engine_lock.release()
     finally:
         hook.remove()
     assert post(url, {"model": "target", "messages": USER}).status_code == 200

@@ -177,3 +177,43 @@ def test_an_agent_streams_the_message_token_by_token_in_langgraph_messages_mode(
     final = agent.invoke({"messages": [HumanMessage("Say something.")]})["messages"][-1]
     texts = [p.content for p in parts if p.content]
     assert len(texts) > 2 and "".join(texts) == final.content
+
+
+def test_a_long_prefill_reports_its_progress_to_a_callback_and_the_custom_stream(int8_target):
+    from langchain.agents import create_agent
+
+    from specguard_graph.models import tokens
+
+    long_question = "Please read this carefully. " * 120  # several chunks of 256 rows
+    seen: list[tuple[int, int]] = []
+    int8_target.prefix_store.clear()
+    with tokens.on_prefill(lambda fed, total: seen.append((fed, total))):
+        PlainChatModel(lm=int8_target, max_tokens=2).invoke([HumanMessage(long_question)])
+    assert len(seen) >= 2 and [f for f, _ in seen] == sorted(f for f, _ in seen)
+    assert all(t == seen[0][1] and 0 < f < t for f, t in seen)
+    int8_target.prefix_store.clear()
+    agent = create_agent(PlainChatModel(lm=int8_target, max_tokens=2), tools=[add])
+    stream = agent.stream({"messages": [HumanMessage(long_question)]}, stream_mode="custom")
+    got = [(e["fed"], e["total"]) for e in stream if e.get("event") == "prefill"]
+    # the agent's prompt also holds its tools: as many chunks or more, one total, in order
+    assert len(got) >= len(seen) and got[0][1] >= seen[0][1]
+    assert [f for f, _ in got] == [256 * (i + 1) for i in range(len(got))]
+
+
+def test_a_streamed_message_is_written_on_the_callers_thread_with_no_new_team(int8_target):
+    """A generation on another thread would start a second OpenMP team (docs/numerics.md)."""
+    import os
+    import threading
+
+    model = PlainChatModel(lm=int8_target, max_tokens=12)
+    model.invoke([HumanMessage("Warm up.")])  # this thread's team exists now
+    before = len(os.listdir("/proc/self/task"))
+    writers = set()
+    hook = int8_target.model.register_forward_hook(
+        lambda *a: writers.add(threading.get_ident()))  # fmt: skip
+    try:
+        chunks = list(model.stream([HumanMessage("Say something.")]))
+    finally:
+        hook.remove()
+    assert len(chunks) > 1 and writers == {threading.get_ident()}
+    assert len(os.listdir("/proc/self/task")) == before

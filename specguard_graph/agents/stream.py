@@ -20,14 +20,14 @@ chunks either way).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
-import queue
 import re
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from greenlet import getcurrent, greenlet
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
@@ -62,7 +62,8 @@ def safe_content(text: str, calls: str) -> str:
 
 
 class StreamClosed(Exception):
-    """Raised inside the engine's loop when the stream's reader has gone."""
+    """Thrown into the generation when the stream's reader has gone: it unwinds the engine's
+    loop where it waits, releasing the model."""
 
 
 def _stays_invalid(args: Any) -> bool:
@@ -123,42 +124,41 @@ def stream_message(
     stream: MessageStream,
     run_manager: CallbackManagerForLLMRun | None,
 ) -> Iterator[ChatGenerationChunk]:
-    """Run `generate` (a chat model's `_generate`) on a thread of its own, under a token sink,
-    and yield its message as chunks as its text becomes final."""
-    got: queue.Queue[list[int] | None] = queue.Queue()
-    out: dict[str, Any] = {}
-    gone = threading.Event()
+    """Run `generate` (a chat model's `_generate`) under a token sink and yield its message as
+    chunks as its text becomes final.
 
-    def put(ids: list[int]) -> None:
-        if gone.is_set():  # the reader closed the stream: stop writing at this token
-            raise StreamClosed("the stream's reader is gone")
-        got.put(ids)
-
-    def work() -> None:
-        try:
-            with tokens.sink(put):
-                out["result"] = generate()
-        except BaseException as exc:  # raised again on the caller's thread
-            out["error"] = exc
-        finally:
-            got.put(None)
-
-    worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True)
-    worker.start()
+    The generation runs in a greenlet on the caller's own thread, switching back at every final
+    token: on another thread its torch calls would start a second OpenMP team, and with more
+    team threads than cores libgomp throttles every later forward (docs/numerics.md, "One
+    OpenMP team"). If the reader closes the stream early, the generation is unwound at once."""
+    child = greenlet(lambda: _generate_under_sink(generate))
+    child.gr_context = contextvars.copy_context()  # the caller's context: LangGraph's config too
     try:
-        while (ids := got.get()) is not None:
+        ids = child.switch()
+        while not child.dead:
             if delta := stream.add(ids):
                 chunk = ChatGenerationChunk(message=AIMessageChunk(content=delta))
                 if run_manager is not None:
                     run_manager.on_llm_new_token(delta, chunk=chunk)
                 yield chunk
-    finally:  # also when the reader closes the generator early: the engine stops at its
-        gone.set()  # next token, and the model is free again when this returns
-        worker.join()
-    if "error" in out:
-        raise out["error"]
-    last = stream.finish(out["result"].generations[0].message)
+            ids = child.switch()
+        result = ids  # what the greenlet returned
+    finally:  # also when the reader closes the generator early
+        if not child.dead:
+            with contextlib.suppress(StreamClosed):
+                child.throw(StreamClosed("the stream's reader is gone"))
+    last = stream.finish(result.generations[0].message)
     chunk = ChatGenerationChunk(message=last)
     if run_manager is not None:
         run_manager.on_llm_new_token(last.content, chunk=chunk)  # type: ignore[arg-type]
     yield chunk
+
+
+def _generate_under_sink(generate: Callable[[], ChatResult]) -> ChatResult:
+    """(In the generation's greenlet.) Each final token's ids go to the reader's greenlet."""
+
+    def put(ids: list[int]) -> None:
+        getcurrent().parent.switch(ids)
+
+    with tokens.sink(put):
+        return generate()

@@ -1,4 +1,5 @@
-"""Tokens as they become final, for whoever streams them (`agents/stream.py`).
+"""Tokens as they become final, for whoever streams them (`agents/stream.py`), and a long
+prefill's progress (`prefill_progress`).
 
 Why a context variable, not a callback argument: the tokens are final deep inside the engine's
 loops (a greedy decode, prompt lookup, the target's verification), under the graph's nodes,
@@ -52,3 +53,33 @@ def emit(ids: Sequence[int], eos: Sequence[int] | set[int] = ()) -> None:
     kept = [int(t) for t in ids if t not in eos]
     if kept:
         fn(kept)
+
+
+_PROGRESS: contextvars.ContextVar[Callable[[int, int], None] | None] = contextvars.ContextVar(
+    "prefill_progress", default=None
+)
+
+
+@contextmanager
+def on_prefill(fn: Callable[[int, int], None]) -> Iterator[None]:
+    """`fn(fed, total)` after each chunk of a long prompt's prefill inside this block."""
+    token = _PROGRESS.set(fn)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
+def prefill_progress(fed: int, total: int) -> None:
+    """A long prefill has fed `fed` of its `total` prompt tokens: tell the `on_prefill` callback,
+    and LangGraph's custom stream where a graph (the SpecGuard graph, or an agent whose model
+    this is) runs the call: `{"event": "prefill", "fed": ..., "total": ...}`."""
+    if (fn := _PROGRESS.get()) is not None:
+        fn(fed, total)
+    from langgraph.config import get_stream_writer
+
+    try:
+        writer = get_stream_writer()
+    except RuntimeError:  # not inside a graph run
+        return
+    writer({"event": "prefill", "fed": fed, "total": total})

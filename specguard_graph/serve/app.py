@@ -7,9 +7,10 @@ server is Starlette on uvicorn, with server-sent events for `stream: true` (`sse
   `tool_choice` and `stream` (`schema.py` reads and writes the format). The model's own
   metadata (who wrote the message, its score, what the target checked) is in the response's
   `specguard` field (non-standard; clients ignore it).
-* Requests to one model queue: each model runs one at a time (its weights and caches are not
-  shared between calls), so concurrent answers equal the ones the same requests get alone.
-  The waiting and the work happen on worker threads; the event loop only moves bytes.
+* Requests queue: every model call runs on one engine thread of the server's, one at a time,
+  so concurrent answers equal the ones the same requests get alone, and the process keeps one
+  OpenMP team (on a second thread torch would start another, and libgomp then throttles every
+  forward: docs/numerics.md, "One OpenMP team"). The event loop only moves bytes.
 * A client that disconnects mid-stream stops its generation at the next token (the stream's
   reader is gone, `agents/stream.py`) and frees the model for the next request.
 * Bad input is a 400 naming the field (`schema.RequestError`), and a prompt over the model's
@@ -23,6 +24,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +51,7 @@ class Served:
     model: BaseChatModel
     count: Count | None = None
     max_prompt_tokens: int | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held while the model works
 
 
 def prompt_counter(model: Any) -> Count | None:
@@ -78,6 +80,7 @@ def build_app(models: dict[str, Served], *, api_key: str | None = None) -> Starl
     """The server's app: `models` by the name clients ask for."""
     if not models:
         raise ValueError("build_app needs at least one model")
+    engine = ThreadPoolExecutor(1, thread_name_prefix="specguard-engine")
 
     def authorised(request: Request) -> bool:
         return api_key is None or request.headers.get("authorization") == f"Bearer {api_key}"
@@ -112,14 +115,14 @@ def build_app(models: dict[str, Served], *, api_key: str | None = None) -> Starl
             return _error(400, str(exc))
         reply = schema.Reply(req.model)
         if req.stream:
-            return EventSourceResponse(_events(served, bound, messages, reply), ping=15)
+            return EventSourceResponse(_events(engine, served, bound, messages, reply), ping=15)
 
         def answer() -> Any:
             with served.lock:
                 return bound.invoke(messages)
 
         try:
-            message = await run_in_threadpool(answer)
+            message = await asyncio.get_running_loop().run_in_executor(engine, answer)
         except SpecGuardError as exc:
             return _error(400, str(exc))
         return JSONResponse(reply.completion(message))
@@ -129,10 +132,11 @@ def build_app(models: dict[str, Served], *, api_key: str | None = None) -> Starl
     return Starlette(routes=routes)
 
 
-async def _events(served: Served, bound: Any, messages: list[BaseMessage],
+async def _events(engine: ThreadPoolExecutor, served: Served, bound: Any,
+                  messages: list[BaseMessage],
                   reply: schema.Reply) -> AsyncIterator[dict[str, str]]:  # fmt: skip
-    """The message's chunks as SSE events, from a worker thread that holds the model; when the
-    client goes, the worker closes the model's stream (which stops at its next token)."""
+    """The message's chunks as SSE events, from the engine thread; when the client goes, the
+    engine closes the model's stream, which unwinds the generation (`agents/stream.py`)."""
     loop = asyncio.get_running_loop()
     got: asyncio.Queue[Any] = asyncio.Queue()
     gone = threading.Event()
@@ -155,7 +159,7 @@ async def _events(served: Served, bound: Any, messages: list[BaseMessage],
         finally:
             loop.call_soon_threadsafe(got.put_nowait, None)
 
-    threading.Thread(target=work, daemon=True).start()
+    engine.submit(work)
     first = True
     try:
         while (piece := await got.get()) is not None:

@@ -41,6 +41,7 @@ def feed_long(model: Any, cache: Any, ids: Sequence[int]) -> list[int]:
     for i in range(0, split, PREFILL_ROWS):
         x = torch.tensor([ids[i : i + PREFILL_ROWS]], device=model.device)
         model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
+        tokens_stream.prefill_progress(i + PREFILL_ROWS, len(ids))  # the rest: the caller's
     return list(ids[split:])
 
 

@@ -1,0 +1,161 @@
+"""Streaming on the embedded pair: time to the first streamed token, the cost of streaming
+against `invoke`, and `specguard serve` under eight concurrent clients.
+
+Messages (the disk tier of the prefix store off): the README agent's answer (after its multiply call and the tool's result) and a
+longer explanation, written by the target alone (`PlainChatModel`) and by SpecGuard lossless
+(the target verifies the draft's message; the same text). Each round calls `invoke` and
+`stream` on the same input, interleaved, every call cold (prefix stores emptied first, so the
+whole prompt is prefilled). Per model: the median time to the first content chunk against the
+prompt's prefill plus one decode step plus 50 ms (issue 75's bound), and the median of
+streamed / invoked total time, with the joined chunks checked equal to the invoked message.
+
+Server: the target behind `specguard serve`'s app (uvicorn, loopback); eight questions asked
+one at a time, then by eight clients at once; the answers must be equal; messages and output
+tokens per second both ways.
+
+    .venv/bin/python benchmarks/stream_speed.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+
+from specguard_graph import PlainChatModel, SpecGuardChatModel, chat_config
+from specguard_graph.machine import describe
+from specguard_graph.models.loading import load_lm
+
+
+@tool
+def multiply(a: float, b: float) -> float:
+    """Multiply two numbers."""
+    return a * b
+
+
+README = [HumanMessage("What is 17 * 23?"),
+          AIMessage("", tool_calls=[{"name": "multiply", "args": {"a": 17, "b": 23}, "id": "c1"}]),
+          ToolMessage("391.0", tool_call_id="c1", name="multiply")]  # fmt: skip
+LONGER = [HumanMessage("Explain in three sentences what a tool call is, for a new programmer.")]
+
+
+def cold(*lms) -> None:
+    for lm in lms:
+        lm.prefix_store.clear()
+
+
+def one_round(model, messages, lms) -> dict[str, float]:
+    cold(*lms)
+    t0 = time.perf_counter()
+    invoked = model.invoke(messages)
+    t_invoke = time.perf_counter() - t0
+    cold(*lms)
+    t0 = time.perf_counter()
+    first, chunks = None, []
+    for c in model.stream(messages):
+        if first is None and c.content:
+            first = time.perf_counter() - t0
+        chunks.append(c)
+    t_stream = time.perf_counter() - t0
+    joined = chunks[0]
+    for c in chunks[1:]:
+        joined = joined + c
+    if joined.content != invoked.content:
+        raise SystemExit(f"streamed {joined.content!r} != invoked {invoked.content!r}")
+    meta = invoked.response_metadata
+    tokens = invoked.usage_metadata["output_tokens"]
+    if "prefill_s" in meta:  # the target alone
+        prefill, decode = meta["prefill_s"], meta["decode_s"]
+    else:  # SpecGuard: the draft's prefill and message, then the target's check
+        spent = meta["spent"]
+        prefill = spent.get("draft_s", 0) + spent.get("target_prefill_s", 0)
+        decode = spent.get("target_s", 0) - spent.get("target_prefill_s", 0)
+    step = decode / max(tokens, 1)
+    return {"ttft": first if first is not None else t_stream, "bound": prefill + step + 0.05,
+            "ratio": t_stream / t_invoke, "chunks": len(chunks), "tokens": tokens}  # fmt: skip
+
+
+def serve_round(target) -> None:
+    import openai
+    import uvicorn
+
+    from specguard_graph.serve import Served, build_app
+
+    app = build_app({"target": Served(PlainChatModel(lm=target, max_tokens=64))})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    threading.Thread(target=srv.run, daemon=True).start()
+    while not srv.started:
+        time.sleep(0.05)
+    c = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+    asks = [[{"role": "user", "content": f"Name one use of the number {i} in daily life."}]
+            for i in range(8)]  # fmt: skip
+
+    def ask(m):
+        r = c.chat.completions.create(model="target", messages=m)
+        return r.choices[0].message.content, r.usage.completion_tokens
+
+    t0 = time.perf_counter()
+    alone = [ask(m) for m in asks]
+    t_alone = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, asks))
+    t_together = time.perf_counter() - t0
+    srv.should_exit = True
+    tokens = sum(n for _, n in alone)
+    print(f"\nserver, 8 questions: answers equal one at a time and together: {alone == together}")
+    print("| clients | seconds | messages/s | output tokens/s |\n|---|---|---|---|")
+    for what, t in (("1 at a time", t_alone), ("8 at once", t_together)):
+        print(f"| {what} | {t:.1f} | {8 / t:.2f} | {tokens / t:.1f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ["SPECGUARD_PREFIX_DISK"] = "off"  # cold means cold: no prompt from an earlier run
+    draft, target = load_lm("draft"), load_lm("target")
+    print(f"{describe()}; {args.rounds} rounds × 2 messages, every call cold\n")
+    models = {
+        "target alone": PlainChatModel(lm=target, max_tokens=96),
+        "SpecGuard lossless": SpecGuardChatModel(
+            draft=draft, target=target,
+            config=chat_config(lossless=True, max_step_tokens=96, max_total_tokens=96)),
+    }  # fmt: skip
+    rows = {name: [] for name in models}
+    for r in range(args.rounds):
+        for name, model in models.items():
+            bound = model.bind_tools([multiply])
+            for messages in (README, LONGER):
+                rows[name].append(one_round(bound, messages, (draft, target)))
+        print(f"  round {r + 1} of {args.rounds} done", flush=True)
+    print(
+        "\n| model | messages | output tokens (median) | first token s (median) | "
+        "prefill + 1 step + 50 ms s | first token within it | streamed / invoke time |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, got in rows.items():
+        med = {k: statistics.median(g[k] for g in got) for k in got[0]}
+        within = sum(g["ttft"] <= g["bound"] for g in got)
+        print(
+            f"| {name} | {len(got)} | {med['tokens']:.0f} | {med['ttft']:.2f} | "
+            f"{med['bound']:.2f} | {within} of {len(got)} | {med['ratio']:.3f} |"
+        )
+    serve_round(target)
+
+
+if __name__ == "__main__":
+    main()
