@@ -1,13 +1,14 @@
 """Streaming on the embedded pair: time to the first streamed token, the cost of streaming
 against `invoke`, and `specguard serve` under eight concurrent clients.
 
-Messages (the disk tier of the prefix store off): the README agent's answer (after its multiply call and the tool's result) and a
-longer explanation, written by the target alone (`PlainChatModel`) and by SpecGuard lossless
-(the target verifies the draft's message; the same text). Each round calls `invoke` and
-`stream` on the same input, interleaved, every call cold (prefix stores emptied first, so the
-whole prompt is prefilled). Per model: the median time to the first content chunk against the
-prompt's prefill plus one decode step plus 50 ms (issue 75's bound), and the median of
-streamed / invoked total time, with the joined chunks checked equal to the invoked message.
+Messages (the disk tier of the prefix store off): the README agent's answer (after its multiply
+call and the tool's result) and a longer explanation, written by the target alone
+(`PlainChatModel`) and by SpecGuard lossless (the target verifies the draft's message; the same
+text). Each round calls `invoke` and `stream` on the same input, interleaved, every call cold
+(prefix stores emptied first, so the whole prompt is prefilled). Per model: the median time to
+the first content chunk against the prompt's prefill plus one decode step plus 50 ms (issue 75's
+bound; for SpecGuard, after the draft's whole message), and the median of streamed / invoked
+total time, with the joined chunks checked equal to the invoked message.
 
 Server: the target behind `specguard serve`'s app (uvicorn, loopback); eight questions asked
 one at a time, then by eight clients at once; the answers must be equal; messages and output
@@ -52,7 +53,10 @@ def cold(*lms) -> None:
         lm.prefix_store.clear()
 
 
-def one_round(model, messages, lms) -> dict[str, float]:
+def one_round(model, messages, lms, alone: dict[str, float] | None = None) -> dict[str, float]:
+    """invoke, then stream, each cold. The bound is the streamed call's own prefill plus one
+    decode step plus 50 ms; for SpecGuard (`alone`: the target alone's numbers on the same
+    message, this round) the draft's whole message comes first, then the target's prefill."""
     cold(*lms)
     t0 = time.perf_counter()
     invoked = model.invoke(messages)
@@ -70,17 +74,14 @@ def one_round(model, messages, lms) -> dict[str, float]:
         joined = joined + c
     if joined.content != invoked.content:
         raise SystemExit(f"streamed {joined.content!r} != invoked {invoked.content!r}")
-    meta = invoked.response_metadata
-    tokens = invoked.usage_metadata["output_tokens"]
-    if "prefill_s" in meta:  # the target alone
-        prefill, decode = meta["prefill_s"], meta["decode_s"]
-    else:  # SpecGuard: the draft's prefill and message, then the target's check
-        spent = meta["spent"]
-        prefill = spent.get("draft_s", 0) + spent.get("target_prefill_s", 0)
-        decode = spent.get("target_s", 0) - spent.get("target_prefill_s", 0)
-    step = decode / max(tokens, 1)
+    meta, tokens = joined.response_metadata, joined.usage_metadata["output_tokens"]
+    if alone is None:  # the target alone: its own clocks
+        prefill, step = meta["prefill_s"], meta["decode_s"] / max(tokens, 1)
+    else:
+        prefill, step = meta["spent"]["draft_s"] + alone["prefill"], alone["step"]
     return {"ttft": first if first is not None else t_stream, "bound": prefill + step + 0.05,
-            "ratio": t_stream / t_invoke, "chunks": len(chunks), "tokens": tokens}  # fmt: skip
+            "ratio": t_stream / t_invoke, "chunks": len(chunks), "tokens": tokens,
+            "prefill": prefill, "step": step}  # fmt: skip
 
 
 def serve_round(target) -> None:
@@ -135,12 +136,13 @@ def main() -> None:
             draft=draft, target=target,
             config=chat_config(lossless=True, max_step_tokens=96, max_total_tokens=96)),
     }  # fmt: skip
-    rows = {name: [] for name in models}
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in models}
+    plain, spec = (m.bind_tools([multiply]) for m in models.values())
     for r in range(args.rounds):
-        for name, model in models.items():
-            bound = model.bind_tools([multiply])
-            for messages in (README, LONGER):
-                rows[name].append(one_round(bound, messages, (draft, target)))
+        for messages in (README, LONGER):
+            alone = one_round(plain, messages, (draft, target))
+            rows["target alone"].append(alone)
+            rows["SpecGuard lossless"].append(one_round(spec, messages, (draft, target), alone))
         print(f"  round {r + 1} of {args.rounds} done", flush=True)
     print(
         "\n| model | messages | output tokens (median) | first token s (median) | "
