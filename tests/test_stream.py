@@ -5,6 +5,7 @@ budget, a forced tool choice)."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 
 import pytest
@@ -217,3 +218,37 @@ def test_a_streamed_message_is_written_on_the_callers_thread_with_no_new_team(in
         hook.remove()
     assert len(chunks) > 1 and writers == {threading.get_ident()}
     assert len(os.listdir("/proc/self/task")) == before
+
+
+def test_the_graph_streams_the_targets_step_as_it_is_written_in_its_custom_stream():
+    from specguard_graph import SpecGuardConfig, build_graph
+
+    draft, target, embedder = tiny_models()
+    graph = build_graph(draft, target, embedder=embedder,
+                        config=SpecGuardConfig(tau=1.01, max_steps=2, max_step_tokens=16)
+                        ).compile()  # fmt: skip
+    texts: dict[int, list[str]] = {}
+    final = None
+    for mode, data in graph.stream({"question": "What is 2 + 3?"},
+                                   stream_mode=["custom", "values"]):  # fmt: skip
+        if mode == "custom" and data["event"] == "target_text":
+            texts.setdefault(data["step"], []).append(data["text"])
+        elif mode == "values":
+            final = data
+    steps = final["steps"]
+    assert steps and all(s["source"] == "target" for s in steps)
+    for i, step in enumerate(steps):
+        seen = texts[i]
+        assert len(seen) > 1 and all(b.startswith(a) for a, b in itertools.pairwise(seen))
+        assert seen[-1].startswith(step["text"])  # then the delimiter, which the step drops
+
+
+def test_the_live_view_shows_a_prefill_bar_and_the_targets_text_as_plain_text():
+    from specguard_graph.cli.live import LiveView
+
+    view = LiveView("q")
+    view.handle({"event": "prefill", "fed": 512, "total": 2048})
+    assert "512 / 2,048 tokens" in view.status and "█████·" in view.status
+    view.handle({"event": "target_text", "step": 3, "text": "x = [/INST] \\\\[ 1"})
+    assert view.status.endswith("x = [/INST] \\\\[ 1") and "step 3" in view.status
+    view.render()  # rich takes it as text: no MarkupError

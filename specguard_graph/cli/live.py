@@ -29,6 +29,13 @@ class LiveView:
             self.status = f"scoring step {event['step']}"
         elif kind == "decision" and not event["accepted"]:
             self.status = f"target recomputing step {event['step']} ({event['reason']})"
+        elif kind == "target_text":  # the target's step as it is written
+            tail = event["text"].strip().replace("\n", " ⏎ ")[-100:]
+            self.status = f"target writing step {event['step']}: {tail}"
+        elif kind == "prefill":  # a long prompt, fed in chunks
+            share = event["fed"] / max(event["total"], 1)
+            bar = "█" * round(20 * share) + "·" * (20 - round(20 * share))
+            self.status = f"prefilling {bar} {event['fed']:,} / {event['total']:,} tokens"
         elif kind == "step":
             self.rows.append(event)
             self.status = f"drafting step {event['index'] + 1}"

@@ -41,8 +41,18 @@ def final() -> Iterator[None]:
         _FINAL.reset(token)
 
 
-def wanted() -> bool:
-    return _FINAL.get() and _SINK.get() is not None
+@contextmanager
+def also(fn: Callable[[list[int]], None]) -> Iterator[None]:
+    """Like `sink`, but the sink already set (a streaming chat model's) gets the tokens too."""
+    outer = _SINK.get()
+
+    def both(ids: list[int]) -> None:
+        fn(ids)
+        if outer is not None:
+            outer(ids)
+
+    with sink(both):
+        yield
 
 
 def emit(ids: Sequence[int], eos: Sequence[int] | set[int] = ()) -> None:

@@ -11,6 +11,7 @@ record says which was used."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from langgraph.runtime import Runtime
@@ -24,7 +25,7 @@ from ..models.served.verify import verify_served
 from ..state import SpecGuardState, add_numbers
 from ..steps import separator
 from .commit import finish_step
-from .common import Deps, Update, remaining_tokens, step_index, token_texts
+from .common import Deps, Update, emit, remaining_tokens, step_index, token_texts
 from .program import kept_tokens, trim_step
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     session = deps.sessions.get(state)
     budget = min(cfg.max_step_tokens, remaining_tokens(state, cfg))
     verified = None
-    with streamed.final():  # the target's tokens are the step's as it writes them (a stream's)
+    # the target's tokens are the step's as it writes them: to a streaming chat model, and to
+    # the custom stream as {"event": "target_text", "step": i, "text": the step so far}
+    with streamed.final(), streamed.also(_text_events(deps, step_index(state))):
         if cfg.fallback == "verify" and can_verify(deps.target):
             sample, stats = _verify(deps, state, session, budget)
             verified = stats.as_dict()
@@ -67,6 +70,18 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     update["timing"] = add_numbers(update.get("timing"), {"target_s": elapsed})
     update["counts"] = add_numbers(update["counts"], {"target_tokens": cand.n_tokens})
     return update
+
+
+def _text_events(deps: Deps, step: int) -> Callable[[list[int]], None]:
+    written: list[int] = []
+    decode = getattr(deps.target, "decode", None)
+
+    def send(ids: list[int]) -> None:
+        written.extend(ids)
+        if decode is not None:
+            emit("target_text", step=step, text=decode(written).rstrip("\ufffd"))
+
+    return send
 
 
 def _verify(deps: Deps, state: SpecGuardState, session: RunSession, budget: int
