@@ -32,3 +32,36 @@ def test_the_overlap_check_finds_an_evaluation_question_however_it_is_written():
 def test_no_problems_is_refused():
     with pytest.raises(InputError, match="--problems"):
         fresh_problems(0, seed=1)
+
+
+def test_a_model_agrees_with_its_own_greedy_answer_everywhere_and_another_does_not(tiny):
+    from specguard_graph.distill.agreement import SPEC, agreement
+
+    pc = tiny.target.new_prefix(SPEC.render_prompt("What is 2 + 3?", tiny.target.tokenizer))
+    own = tiny.target.sample(pc, n=1, delimiter=SPEC.delimiter, max_new_tokens=30,
+                             temperature=0.0, fork=False).candidates[0]  # fmt: skip
+    records = [{"question": "What is 2 + 3?", "text": own.text}]
+    assert tiny.target.encode(own.text) == own.token_ids[: len(tiny.target.encode(own.text))]
+    mine = agreement(tiny.target, records)
+    assert mine["top1"] == 1.0 and mine["steps_equal"] == 1.0
+    assert mine["mean_run"] == mine["positions"]
+    other = agreement(tiny.draft, records)
+    assert other["top1"] < 1.0 and other["steps_equal"] < 1.0
+    with pytest.raises(InputError, match="empty"):
+        agreement(tiny.draft, [])
+
+
+def test_the_cli_writes_problems_and_refuses_bad_records(tmp_path, model_dirs):
+    from typer.testing import CliRunner
+
+    from specguard_graph.cli import app
+
+    out = tmp_path / "p.jsonl"
+    r = CliRunner().invoke(app, ["distill", "problems", "--count", "14", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert len(out.read_text().splitlines()) == 14
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q"}\n')
+    r = CliRunner().invoke(app, ["distill", "evaluate", "--records", str(bad),
+                                 "--model", str(model_dirs / "draft")])  # fmt: skip
+    assert r.exit_code == 2 and "bad.jsonl:1" in r.output

@@ -10,6 +10,7 @@ import typer
 from .bench import bench
 from .calibrate import calibrate
 from .common import OneLineErrors
+from .distill import distill_app
 from .evidence import evidence
 from .models import models_app
 from .serve import serve
@@ -24,6 +25,7 @@ app.command()(evidence)
 app.command()(view)
 app.command()(serve)
 app.add_typer(models_app, name="models")
+app.add_typer(distill_app, name="distill")
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,0 +1,67 @@
+"""How well a draft already writes the target's text: teacher-forced on the target's answers.
+
+Why these two numbers (issue 74): lossless speed-up grows with the share of positions where
+the draft's most likely token is the target's; the accept decision needs the draft's whole
+step right. Both come from one forward per answer: the draft reads the prompt (in the graph's
+format) and the target's answer, and at each answer position its argmax is compared with the
+target's next token. A step counts as equal when every position of it, its delimiter included,
+agrees: exactly when the draft's greedy decode from the same prefix writes the target's step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from ..errors import InputError
+from ..steps import ReasoningSteps
+
+SPEC = ReasoningSteps()
+
+
+@torch.inference_mode()
+def answer_agreement(lm: Any, question: str, answer: str) -> tuple[list[bool], list[int]]:
+    """Per answer token: does `lm`'s argmax equal it; and the token index where each step ends
+    (after its delimiter), from the answer's own text."""
+    prompt = lm.encode(SPEC.render_prompt(question, lm.tokenizer))
+    steps = answer.split(SPEC.delimiter)
+    ids, ends = [], []
+    for i, step in enumerate(steps):  # step by step, so that step ends are token boundaries
+        piece = step + (SPEC.delimiter if i + 1 < len(steps) else "")
+        ids += lm.encode(piece) if piece else []
+        ends.append(len(ids))
+    if not ids:
+        raise InputError("an answer with no text cannot be scored")
+    x = torch.tensor([prompt + ids])
+    logits = lm.model(input_ids=x, logits_to_keep=len(ids) + 1).logits[0, :-1]
+    return (logits.argmax(-1) == torch.tensor(ids)).tolist(), ends
+
+
+def agreement(lm: Any, records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Over `records` ({"question", "text"}: the target's answers): the share of positions and
+    of whole steps the draft writes as the target did, and the mean run of agreeing tokens."""
+    positions = agree = steps = equal = 0
+    runs: list[int] = []
+    for r in records:
+        hits, ends = answer_agreement(lm, r["question"], r["text"])
+        positions, agree = positions + len(hits), agree + sum(hits)
+        start = 0
+        for end in ends:
+            if end > start:
+                steps, equal = steps + 1, equal + all(hits[start:end])
+            start = end
+        run = 0
+        for h in hits:
+            if h:
+                run += 1
+            else:
+                runs.append(run)
+                run = 0
+        runs.append(run)
+    if not positions:
+        raise InputError("no answer text to score: the records are empty")
+    return {"positions": positions, "top1": agree / positions, "steps": steps,
+            "steps_equal": equal / max(steps, 1),
+            "mean_run": sum(runs) / max(len(runs), 1)}  # fmt: skip
