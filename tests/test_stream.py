@@ -252,3 +252,27 @@ def test_the_live_view_shows_a_prefill_bar_and_the_targets_text_as_plain_text():
     view.handle({"event": "target_text", "step": 3, "text": "x = [/INST] \\\\[ 1"})
     assert view.status.endswith("x = [/INST] \\\\[ 1") and "step 3" in view.status
     view.render()  # rich takes it as text: no MarkupError
+
+
+def test_each_call_is_sent_when_its_block_closes_and_the_joined_message_is_invokes():
+    from specguard_graph.agents.messages import to_ai_message
+    from specguard_graph.agents.stream import MessageStream
+
+    text = ("Adding. " + call("add", a=1, b=2) + " then <tool_call>\n{broken\n</tool_call> and "
+            + call("add", a=3, b=4) + " done.")  # fmt: skip
+    stream = MessageStream(lambda ids: "".join(map(chr, ids)), "", "json")
+    chunks, first_call_at = [], None
+    for i, ch in enumerate(text):  # one character per token
+        piece = stream.add([ord(ch)])
+        if piece is not None:
+            chunks.append(piece)
+            if piece.tool_call_chunks and first_call_at is None:
+                first_call_at = i
+    invoked = to_ai_message(parse_calls(text), response_metadata={"finish_reason": "tool_calls"},
+                            usage_metadata={"input_tokens": 1, "output_tokens": len(text),
+                                            "total_tokens": 1 + len(text)})  # fmt: skip
+    chunks.append(stream.finish(invoked))
+    assert first_call_at == text.index("</tool_call>") + len("</tool_call>") - 1  # at once
+    assert len([c for c in chunks[:-1] if c.tool_call_chunks]) == 2  # both valid calls early
+    assert_same(joined(chunks), invoked)
+    assert [c["args"] for c in joined(chunks).tool_calls] == [{"a": 1, "b": 2}, {"a": 3, "b": 4}]

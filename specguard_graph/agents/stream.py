@@ -9,9 +9,10 @@ What of that text is content: the message's content is its text less its call bl
 (`calls.parse_calls`). A delta is sent only when it is certain to be a prefix of that content:
 not while the text could still be a call (a `<tool_call>` block being written, a partial tag at
 the end, a message that starts like bare JSON or a Python call), not trailing whitespace (the
-end may strip it). The last chunk carries the rest of the content, the calls as
-`tool_call_chunks` (name and JSON arguments; LangChain parses them back into `tool_calls`),
-`response_metadata` and `usage_metadata`, so the joined chunks are what `invoke` returns. One
+end may strip it). A call is sent as a `tool_call_chunk` (name and JSON arguments; LangChain
+parses them back into `tool_calls`) as soon as its block closes and parses; the last chunk
+carries the rest of the content, the rest of the calls, `response_metadata` and
+`usage_metadata`, so the joined chunks are what `invoke` returns. One
 exception, LangChain's: it reads a chunk's arguments as partial JSON, so a call that does not
 parse but whose text reads as a JSON object (cut mid-way) would join as a runnable call; such
 a call travels in `response_metadata["invalid_tool_calls"]` instead (the parse error is lost in
@@ -34,7 +35,8 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.utils.json import parse_partial_json
 
 from ..models import tokens
-from .calls import _BLOCK, _LOOKS_LIKE_CALL
+from .calls import _BLOCK, _LOOKS_LIKE_CALL, _json_call
+from .messages import _call_id
 
 _TAG = "<tool_call>"
 _MAYBE_CALL = re.compile(r"^\[?\s*([A-Za-z_][\w.]*\s*)?$")  # could still become `f(`
@@ -77,34 +79,61 @@ def _stays_invalid(args: Any) -> bool:
 
 
 class MessageStream:
-    """Token ids in, content deltas out (`add`), then the last chunk (`finish`)."""
+    """Token ids in, chunks out (`add`), then the last chunk (`finish`)."""
 
     def __init__(self, decode: Callable[[list[int]], str], prefix: str, calls: str):
         self.decode, self.prefix, self.calls = decode, prefix, calls
         self.ids: list[int] = []
         self.sent = ""
+        self.blocks = 0  # closed <tool_call> blocks looked at
+        self.early: list[dict[str, Any]] = []  # calls sent before the end, in order
 
-    def add(self, ids: Sequence[int]) -> str:
+    def add(self, ids: Sequence[int]) -> AIMessageChunk | None:
+        """What the text so far settles: a content delta, and each call whose block has just
+        closed and parses (a call that does not parse waits for the last chunk: it will be
+        invalid there, and a chunk cannot take a call back)."""
         self.ids.extend(ids)
-        text = self.decode(self.ids).rstrip("\ufffd")  # a character still being written
-        safe = safe_content(self.prefix + text, self.calls)
-        if len(safe) <= len(self.sent) or not safe.startswith(self.sent):
-            return ""
-        delta, self.sent = safe[len(self.sent) :], safe
-        return delta
+        text = self.prefix + self.decode(self.ids).rstrip("\ufffd")  # a character being written
+        safe = safe_content(text, self.calls)
+        delta = ""
+        if len(safe) > len(self.sent) and safe.startswith(self.sent):
+            delta, self.sent = safe[len(self.sent) :], safe
+        calls = self._closed_calls(text) if self.calls == "json" else []
+        return AIMessageChunk(content=delta, tool_call_chunks=calls) if delta or calls else None
+
+    def _closed_calls(self, text: str) -> list[dict[str, Any]]:
+        closed = [m for m in _BLOCK.finditer(text) if m.group(0).endswith("</tool_call>")]
+        out = []
+        for m in closed[self.blocks :]:
+            self.blocks += 1
+            try:
+                call = _json_call(m.group(1).strip())
+            except ValueError:
+                continue
+            out.append({"name": call["name"], "id": _call_id(), "index": len(self.early),
+                        "args": json.dumps(call["arguments"], ensure_ascii=False),
+                        "type": "tool_call_chunk"})  # fmt: skip
+            self.early.append(call)
+        return out
 
     def finish(self, message: AIMessage) -> AIMessageChunk:
         content = message.content if isinstance(message.content, str) else ""
         if not content.startswith(self.sent):  # never expected: streamed text is final text
             raise RuntimeError(f"streamed {self.sent!r}, but the message says {content!r}")
+        done = len(self.early)
+        if [(c["name"], c["arguments"]) for c in self.early] != [
+            (c["name"], c["args"]) for c in message.tool_calls[:done]
+        ]:
+            raise RuntimeError("the calls sent early are not the message's first calls")
         calls = [{"name": c["name"], "args": json.dumps(c["args"], ensure_ascii=False),
-                  "id": c["id"], "index": i, "type": "tool_call_chunk"}
-                 for i, c in enumerate(message.tool_calls)]  # fmt: skip
+                  "id": c["id"], "index": done + i, "type": "tool_call_chunk"}
+                 for i, c in enumerate(message.tool_calls[done:])]  # fmt: skip
         # LangChain reads a chunk's arguments as partial JSON: an invalid call whose text would
         # read as an object would join as a call, so it travels in the metadata instead
         kept = [c for c in message.invalid_tool_calls if _stays_invalid(c.get("args"))]
+        first = len(message.tool_calls)
         calls += [{"name": c.get("name"), "args": c.get("args"), "id": c["id"],
-                   "index": len(calls) + i, "type": "tool_call_chunk"}
+                   "index": first + i, "type": "tool_call_chunk"}
                   for i, c in enumerate(kept)]  # fmt: skip
         meta = dict(message.response_metadata)
         if moved := [c for c in message.invalid_tool_calls if c not in kept]:
@@ -136,10 +165,10 @@ def stream_message(
     try:
         ids = child.switch()
         while not child.dead:
-            if delta := stream.add(ids):
-                chunk = ChatGenerationChunk(message=AIMessageChunk(content=delta))
+            if (piece := stream.add(ids)) is not None:
+                chunk = ChatGenerationChunk(message=piece)
                 if run_manager is not None:
-                    run_manager.on_llm_new_token(delta, chunk=chunk)
+                    run_manager.on_llm_new_token(piece.content, chunk=chunk)  # type: ignore[arg-type]
                 yield chunk
             ids = child.switch()
         result = ids  # what the greenlet returned
