@@ -105,7 +105,8 @@ def _writer(folder: str, seed: int) -> None:
     disk = DiskPrefixes(Path(folder), "model", None)
     for n in range(20):  # the same prompts in every process, and some of its own
         disk.store(list(range(n, n + 40)), Cache())
-        disk.store(list(range(1000 * seed, 1000 * seed + 40 + n)), Cache())
+        own = 100_000 * seed + 100 * n
+        disk.store(list(range(own, own + 40)), Cache())
 
 
 def test_two_processes_writing_at_once_lose_nothing_and_corrupt_nothing(tmp_path):
@@ -131,7 +132,7 @@ def test_the_folder_is_bounded_and_keeps_the_recently_used(int8, tmp_path, monke
     one = lm.prefix_store.disk.size()
     # room for two entries: the third prompt pushes out the least recently used
     small = process(int8, tmp_path / "small", monkeypatch, limit=int(2.5 * one))
-    texts = [SYSTEM + f"User: question number {i}.\nAssistant:" for i in range(3)]
+    texts = [f"Question number {i}. " + SYSTEM + "Assistant:" for i in range(3)]  # no shared prefix
     small.next_logits(small.new_prefix(texts[0]))
     small.next_logits(small.new_prefix(texts[1]))
     os.utime(next((tmp_path / "small").glob("*/*.kv")), (0, 0))  # make the order certain
@@ -189,3 +190,18 @@ def test_a_prompt_prefilled_by_another_os_process_is_read_here(int8, tmp_path, m
     logits = here.next_logits(pc)
     assert pc.reused_tokens > 0 and here.prefix_store.disk.hits == 1
     assert torch.equal(logits, cold_logits(int8, TURN_2, monkeypatch))
+
+
+def test_a_prompt_that_adds_a_few_tokens_to_a_stored_one_is_not_written_again(
+    int8, tmp_path, monkeypatch
+):
+    from specguard_graph.models.local.prefix_store.disk import MIN_NEW
+
+    base = SYSTEM * 5 + "User: list the files.\nAssistant:"
+    lm = process(int8, tmp_path, monkeypatch)
+    lm.next_logits(lm.new_prefix(base))
+    lm.next_logits(lm.new_prefix(base + " ls()\nTool: notes.txt\nAssistant:"))  # a near copy
+    assert len(list(tmp_path.glob("*/*.kv"))) == 1
+    longer = base + " ls -l\nTool: " + "notes.txt 2 KB, " * (MIN_NEW // 4) + "\nAssistant:"
+    lm.next_logits(lm.new_prefix(longer))  # MIN_NEW tokens more: worth a second entry
+    assert len(list(tmp_path.glob("*/*.kv"))) == 2

@@ -44,6 +44,7 @@ import torch
 from ..kv_cache import new_cache
 
 DEFAULT_DISK_BYTES = 8 << 30
+MIN_NEW = 256  # tokens a prompt must add to the longest stored prefix to be written
 _FORMAT = 1  # of an entry's bytes
 _OFF = ("0", "off", "false", "no")
 
@@ -136,9 +137,9 @@ class DiskPrefixes:
                 continue
         return out
 
-    def lookup(self, ids: Sequence[int], at_least: int) -> tuple[Any, list[int]] | None:
-        """A cache over the longest stored prefix of `ids` longer than `at_least` tokens, and
-        the ids it covers; None if there is none (or it was corrupt: then it is deleted)."""
+    def _longest(self, ids: Sequence[int], at_least: int = 0) -> tuple[Path | None, int]:
+        """The entry sharing the longest prefix with `ids` (if longer than `at_least`), and
+        that prefix's length."""
         best, keep = None, at_least
         want = np.asarray(ids, dtype=np.int32)
         for path, stored in self._entries():
@@ -147,6 +148,12 @@ class DiskPrefixes:
             n = int(differ[0]) if len(differ) else n
             if n > keep:
                 best, keep = path, n
+        return best, keep
+
+    def lookup(self, ids: Sequence[int], at_least: int) -> tuple[Any, list[int]] | None:
+        """A cache over the longest stored prefix of `ids` longer than `at_least` tokens, and
+        the ids it covers; None if there is none (or it was corrupt: then it is deleted)."""
+        best, keep = self._longest(ids, at_least)
         if best is None:
             self.misses += 1
             return None
@@ -159,7 +166,7 @@ class DiskPrefixes:
             except OSError:
                 pass
         self.hits += 1
-        return cache, [int(t) for t in want[:keep]]
+        return cache, [int(t) for t in ids[:keep]]
 
     def _read(self, path: Path, keep: int | None = None) -> Any | None:
         """The entry's cache (its first `keep` positions), or None if it is gone or corrupt."""
@@ -190,13 +197,15 @@ class DiskPrefixes:
         return cache
 
     def store(self, ids: Sequence[int], cache: Any) -> None:
-        """Write `cache` (covering exactly `ids`) unless an entry already covers them."""
-        if self.max_bytes == 0:
+        """Write `cache` (covering exactly `ids`) unless an entry already covers nine tenths of
+        them and all but fewer than `MIN_NEW`: an agent's next call adds a tool result to the
+        conversation, and writing the whole prompt again for a few tokens that a new process
+        recomputes in a moment would fill the folder with near copies."""
+        covered = self._longest(ids)[1]
+        if self.max_bytes == 0 or (covered >= 0.9 * len(ids) and len(ids) - covered < MIN_NEW):
             return
         key = _ids_key(ids)
         kv_path = self.dir / f"{key}.kv"
-        if kv_path.exists() and kv_path.with_suffix(".ids").exists():
-            return
         layers = [
             (la.keys.contiguous(), la.values.contiguous())
             if getattr(la, "keys", None) is not None and la.keys.numel()
