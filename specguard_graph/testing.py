@@ -104,6 +104,16 @@ def tiny_lm(
     return LocalCausalLM(model, tok, name=f"tiny-qwen2-{layers}L")
 
 
+def tiny_exact_lm(newline_bias: float = 0.4) -> LocalCausalLM:
+    """A tiny LM on the row-invariant int8 format, where reuse is exact: its prefix store (and
+    disk tier), prompt lookup and verification are on, as on the embedded pair."""
+    from .models.local import numerics
+
+    base = tiny_lm(layers=3, hidden=64, heads=4, seed=3, init_range=0.3,
+                   newline_bias=newline_bias)  # fmt: skip
+    return LocalCausalLM(numerics.apply(base.model, "int8", "cpu"), base.tokenizer)
+
+
 def tiny_embedder(dim: int = 32, seed: int = 0) -> SentenceEmbedder:
     """A sentence-transformers StaticEmbedding (mean of random token vectors)."""
     torch.manual_seed(seed)

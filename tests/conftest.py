@@ -11,6 +11,11 @@ import pytest
 
 from specguard_graph.testing import TinyModels, tiny_models
 
+# an agent's conversation over two calls (the prefix store's and its disk tier's tests)
+SYSTEM = "You are a careful assistant. Use the tools you are given. " * 3
+TURN_1 = SYSTEM + "User: list the files in the home folder.\nAssistant:"
+TURN_2 = TURN_1 + " ls()\nTool: notes.txt report.pdf\nAssistant:"
+
 
 @pytest.fixture(scope="session")
 def tiny() -> TinyModels:

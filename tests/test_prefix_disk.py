@@ -12,22 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SYSTEM, TURN_1, TURN_2
 
 from specguard_graph.errors import ConfigError
-from specguard_graph.models.local import numerics
 from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.models.local.prefix_store.disk import DiskPrefixes, disk_tier, fingerprint
-from specguard_graph.testing import tiny_lm
-
-SYSTEM = "You are a careful assistant. Use the tools you are given. " * 3
-TURN_1 = SYSTEM + "User: list the files in the home folder.\nAssistant:"
-TURN_2 = TURN_1 + " ls()\nTool: notes.txt report.pdf\nAssistant:"
+from specguard_graph.testing import tiny_exact_lm
 
 
 @pytest.fixture(scope="module")
 def int8() -> LocalCausalLM:
-    base = tiny_lm(layers=3, hidden=64, heads=4, seed=3, init_range=0.3)
-    return LocalCausalLM(numerics.apply(copy.deepcopy(base.model), "int8", "cpu"), base.tokenizer)
+    return tiny_exact_lm()
 
 
 def process(lm: LocalCausalLM, folder: Path, monkeypatch, limit: int | None = None):
@@ -174,14 +169,10 @@ def test_another_model_never_reads_the_entries(int8, tmp_path, monkeypatch):
 def test_a_prompt_prefilled_by_another_os_process_is_read_here(int8, tmp_path, monkeypatch):
     """Two real processes: a child prefills TURN_1 into the folder; this one then reuses it."""
     script = textwrap.dedent(f"""
-        import copy, os
+        import os
         os.environ["SPECGUARD_PREFIX_DISK"] = {str(tmp_path / "disk")!r}
-        from specguard_graph.models.local import numerics
-        from specguard_graph.models.local.hf import LocalCausalLM
-        from specguard_graph.testing import tiny_lm
-        base = tiny_lm(layers=3, hidden=64, heads=4, seed=3, init_range=0.3)
-        lm = LocalCausalLM(numerics.apply(copy.deepcopy(base.model), "int8", "cpu"),
-                           base.tokenizer)
+        from specguard_graph.testing import tiny_exact_lm
+        lm = tiny_exact_lm()
         lm.next_logits(lm.new_prefix({TURN_1!r}))
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)

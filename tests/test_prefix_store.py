@@ -1,28 +1,22 @@
 """Prompts kept across runs: a call that shares a prefix with an earlier one feeds only its new
 tokens, and computes the same bits as a cold prefill (on the row-invariant int8 formats)."""
 
-import copy
 import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import SYSTEM, TURN_1, TURN_2
 
-from specguard_graph.models.local import numerics
 from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.models.local.prefix_store import MIN_TOKENS, PrefixStore
-from specguard_graph.testing import tiny_lm
-
-SYSTEM = "You are a careful assistant. Use the tools you are given. " * 3
-TURN_1 = SYSTEM + "User: list the files in the home folder.\nAssistant:"
-TURN_2 = TURN_1 + " ls()\nTool: notes.txt report.pdf\nAssistant:"
+from specguard_graph.testing import tiny_exact_lm, tiny_lm
 
 
 @pytest.fixture(scope="module")
 def int8() -> LocalCausalLM:
-    base = tiny_lm(layers=3, hidden=64, heads=4, seed=3, init_range=0.3)
-    return LocalCausalLM(numerics.apply(copy.deepcopy(base.model), "int8", "cpu"), base.tokenizer)
+    return tiny_exact_lm()
 
 
 def fresh(lm: LocalCausalLM) -> LocalCausalLM:

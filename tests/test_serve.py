@@ -4,7 +4,6 @@ mid-stream frees the model."""
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import socket
@@ -21,10 +20,8 @@ from langchain_core.tools import tool
 
 from specguard_graph import CallableStepModel, SpecGuardChatModel, StepOutput, chat_config
 from specguard_graph.agents.plain import PlainChatModel
-from specguard_graph.models.local import numerics
-from specguard_graph.models.local.hf import LocalCausalLM
 from specguard_graph.serve import Served, build_app, prompt_counter
-from specguard_graph.testing import tiny_lm, tiny_tokenizer
+from specguard_graph.testing import tiny_exact_lm, tiny_tokenizer
 
 KEY = "sk-test"
 ADD = {"type": "function", "function": {"name": "add", "description": "Add two numbers.",
@@ -50,8 +47,7 @@ def _script(prompt: str, n: int, **kw):
 
 @pytest.fixture(scope="module")
 def server():
-    base = tiny_lm(layers=3, hidden=64, heads=4, seed=3, init_range=0.3, newline_bias=0.0)
-    lm = LocalCausalLM(numerics.apply(copy.deepcopy(base.model), "int8", "cpu"), base.tokenizer)
+    lm = tiny_exact_lm(newline_bias=0.0)
     scripted = CallableStepModel(_script, name="s", has_logprobs=True, tokenizer=tiny_tokenizer())
     spec = SpecGuardChatModel(draft=scripted, target=scripted,
                               config=chat_config(beta=1.0, tau=0.1))  # fmt: skip

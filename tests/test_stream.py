@@ -4,7 +4,6 @@ budget, a forced tool choice)."""
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 
@@ -16,9 +15,8 @@ from specguard_graph import CallableStepModel, SpecGuardChatModel, StepOutput, c
 from specguard_graph.agents.calls import parse_calls
 from specguard_graph.agents.plain import PlainChatModel
 from specguard_graph.agents.stream import safe_content
-from specguard_graph.models.local import numerics
 from specguard_graph.models.local.hf import LocalCausalLM
-from specguard_graph.testing import tiny_lm, tiny_models, tiny_tokenizer
+from specguard_graph.testing import tiny_exact_lm, tiny_models, tiny_tokenizer
 
 TIMES = ("time_s", "prefill_s", "decode_s", "timing", "spent", "fed")  # clocks differ per call
 
@@ -104,8 +102,7 @@ def stream_and_invoke(model, messages):
 
 @pytest.fixture(scope="module")
 def int8_target() -> LocalCausalLM:
-    base = tiny_lm(layers=3, hidden=64, heads=4, seed=3, init_range=0.3, newline_bias=0.0)
-    return LocalCausalLM(numerics.apply(copy.deepcopy(base.model), "int8", "cpu"), base.tokenizer)
+    return tiny_exact_lm(newline_bias=0.0)
 
 
 @pytest.mark.parametrize("lookup", [False, True])
