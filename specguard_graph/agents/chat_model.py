@@ -9,8 +9,9 @@ written by the target. `response_metadata` says who wrote it and why.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -23,6 +24,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from ..config import SpecGuardConfig
 from ..context import RunContext
 from ..errors import ConfigError
+from ..models import tokens
 from .calls import CallFormat
 from .messages import finish_reason, to_ai_message, to_template
 from .spec import ChatSteps, chat_question, forced_prefix
@@ -102,13 +104,35 @@ class ToolChatModel(BaseChatModel):
         template = with_system(to_template(messages), self.system_prompt, tools)
         return chat_question(template, tools, tool_choice, self.calls)
 
-    def message_stream(self, writer: Any, messages: list[BaseMessage],
-                       tools: Sequence[dict[str, Any]],
-                       tool_choice: str | None) -> MessageStream:  # fmt: skip
-        """The streamer of a message `writer` writes for this turn (checks the turn first)."""
-        self.question(messages, tools, tool_choice)  # a bad turn fails before any thread starts
+    # whose tokens a stream shows, and whether every token it keeps is the message's (the
+    # one-model chat model) or only where a graph node says so (SpecGuard's target)
+    def stream_writer(self) -> Any:
+        raise NotImplementedError
+
+    all_final: ClassVar[bool] = False
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        """`_generate`'s message as its text becomes final (`agents/stream.py`)."""
+        self.question(messages, tools, tool_choice)  # a bad turn fails before anything runs
+        writer = self.stream_writer()
         decode = getattr(writer, "decode", None) or (lambda ids: "")
-        return MessageStream(decode, forced_prefix(tool_choice, self.calls), self.calls)
+        stream = MessageStream(decode, forced_prefix(tool_choice, self.calls), self.calls)
+
+        def generate() -> ChatResult:
+            with tokens.final() if self.all_final else contextlib.nullcontext():
+                return self._generate(messages, stop, tools=tools, tool_choice=tool_choice,
+                                      **kwargs)  # fmt: skip
+
+        yield from stream_message(generate, stream, run_manager)
 
 
 class SpecGuardChatModel(ToolChatModel):
@@ -148,27 +172,11 @@ class SpecGuardChatModel(ToolChatModel):
                                       steps=SPEC, config=self.config).compile()  # fmt: skip
         return self._graph
 
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        *,
-        tools: Sequence[dict[str, Any]] = (),
-        tool_choice: str | None = None,
-        context: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        """`_generate`'s message as it becomes final (`agents/stream.py`): the target's tokens
-        as it rewrites or verifies them; an accepted draft message whole, once accepted."""
-
-        def generate() -> ChatResult:
-            return self._generate(messages, stop, tools=tools, tool_choice=tool_choice,
-                                  context=context, **kwargs)  # fmt: skip
-
+    def stream_writer(self) -> Any:
+        """The target: its tokens stream as it rewrites or verifies a message (marked final in
+        `target_recompute`); an accepted draft message arrives whole, once accepted."""
         self.graph()  # the target a LangChain chat model names is wrapped first
-        stream = self.message_stream(self.target, messages, tools, tool_choice)
-        yield from stream_message(generate, stream, run_manager)
+        return self.target
 
     def _generate(
         self,

@@ -16,19 +16,17 @@ row-invariant formats), so other models refuse it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatResult
 
 from ..errors import ConfigError
-from ..models import tokens
 from ..models.local import lookup
 from .chat_model import SPEC, ToolChatModel
 from .messages import finish_reason, to_ai_message
-from .stream import stream_message
 
 
 class PlainChatModel(ToolChatModel):
@@ -49,25 +47,10 @@ class PlainChatModel(ToolChatModel):
     def _llm_type(self) -> str:
         return "specguard-plain"
 
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        *,
-        tools: Sequence[dict[str, Any]] = (),
-        tool_choice: str | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        """`_generate`'s message, each token's text sent as it is decoded (`agents/stream.py`)."""
+    all_final = True  # every token it keeps is the message's: each streams as it is decoded
 
-        def generate() -> ChatResult:
-            with tokens.final():  # every token this model keeps is the message's
-                return self._generate(messages, stop, tools=tools, tool_choice=tool_choice,
-                                      **kwargs)  # fmt: skip
-
-        stream = self.message_stream(self.lm, messages, tools, tool_choice)
-        yield from stream_message(generate, stream, run_manager)
+    def stream_writer(self) -> Any:
+        return self.lm
 
     def _generate(
         self,
