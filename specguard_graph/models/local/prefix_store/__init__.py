@@ -119,7 +119,10 @@ class PrefixStore:
                 found = compact_copy(best.cache, self.config, keep), list(ids[:keep])
             else:
                 found, keep = None, MIN_TOKENS - 1
-        if self.disk is not None and (longer := self.disk.lookup(ids, at_least=keep)):
+        # the disk is read only where it could hold more than memory does (a call whose whole
+        # prompt is in memory scans no entry files)
+        on_disk = self.disk is not None and keep < len(ids)
+        if on_disk and (longer := self.disk.lookup(ids, at_least=keep)):
             found = longer  # and a copy of its own for this process's next recall
             self._keep(longer[1], compact_copy(longer[0], self.config, len(longer[1])))
         with self._lock:
