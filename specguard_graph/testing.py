@@ -74,8 +74,11 @@ def tiny_lm(
     newline_bias: float = 0.4,
     eos_bias: float = -0.1,
     init_range: float = 0.1,
+    constant: float = 40.0,
 ) -> LocalCausalLM:
-    """A random Qwen2 causal LM on the tiny tokenizer (see the module docstring)."""
+    """A random Qwen2 causal LM on the tiny tokenizer (see the module docstring); `constant=0`
+    drops the residual direction, for a model that can learn (it otherwise swamps every
+    position's state after the norm)."""
     tok = tiny_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tok),
@@ -94,7 +97,7 @@ def tiny_lm(
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     with torch.no_grad():
-        model.model.embed_tokens.weight[:, 0] = 40.0  # constant residual direction
+        model.model.embed_tokens.weight[:, 0] = constant  # constant residual direction
         model.lm_head.weight[:, 0] = 0.0
         newline = tok.convert_tokens_to_ids("Ċ")
         model.lm_head.weight[newline, 0] = newline_bias

@@ -16,27 +16,17 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..steps import ReasoningSteps
-
-SPEC = ReasoningSteps()
+from .examples import example
 
 
 @torch.inference_mode()
 def answer_agreement(lm: Any, question: str, answer: str) -> tuple[list[bool], list[int]]:
     """Per answer token: does `lm`'s argmax equal it; and the token index where each step ends
     (after its delimiter), from the answer's own text."""
-    prompt = lm.encode(SPEC.render_prompt(question, lm.tokenizer))
-    steps = answer.split(SPEC.delimiter)
-    ids, ends = [], []
-    for i, step in enumerate(steps):  # step by step, so that step ends are token boundaries
-        piece = step + (SPEC.delimiter if i + 1 < len(steps) else "")
-        ids += lm.encode(piece) if piece else []
-        ends.append(len(ids))
-    if not ids:
-        raise InputError("an answer with no text cannot be scored")
-    x = torch.tensor([prompt + ids])
-    logits = lm.model(input_ids=x, logits_to_keep=len(ids) + 1).logits[0, :-1]
-    return (logits.argmax(-1) == torch.tensor(ids)).tolist(), ends
+    ex = example(lm.tokenizer, question, answer)
+    x = torch.tensor([ex.prompt + ex.answer])
+    logits = lm.model(input_ids=x, logits_to_keep=len(ex.answer) + 1).logits[0, :-1]
+    return (logits.argmax(-1) == torch.tensor(ex.answer)).tolist(), ex.ends
 
 
 def agreement(lm: Any, records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -26,7 +26,12 @@ OPTIONS: dict[str, dict[str, str]] = {
 
 
 def resolve(role: str, path: str | Path | None) -> Path:
-    """A user path as given, or the installed default for `role`."""
+    """A user path as given, an installed distilled draft (`distilled:NAME`), or the installed
+    default for `role`."""
+    if isinstance(path, str) and path.startswith("distilled:"):
+        from .install.distilled import resolve as distilled
+
+        return distilled(path)
     if path is not None:
         return Path(path).expanduser()
     out = model_dir(role)

@@ -2,7 +2,8 @@
 
 A `.gguf` path is its own source. An installed default model (a directory converted from the
 registry's GGUF, `install/installer.py`) names its source by SHA-256 in its marker; the GGUF stays
-beside it in the cache, so the blocks are read from there. Anything else has no blocks."""
+beside it in the cache, so the blocks are read from there. A distilled draft's marker names the
+merged GGUF inside its directory. Anything else has no blocks."""
 
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ def gguf_source(path: str | Path) -> Path | None:
     from ...install.registry import DEFAULTS, ChunkedGGUF
 
     try:
-        sha = json.loads((path / MARKER).read_text())["source_sha256"]
+        marker = json.loads((path / MARKER).read_text())
+        sha = marker["source_sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if isinstance(own := marker.get("gguf"), str) and (path / own).is_file():
+        return path / own  # a distilled draft keeps its merged GGUF inside (distill/install.py)
     for spec in DEFAULTS.values():
         if isinstance(spec, ChunkedGGUF) and spec.sha256 == sha and gguf_path(spec).is_file():
             return gguf_path(spec)
