@@ -273,3 +273,55 @@ def test_each_call_is_sent_when_its_block_closes_and_the_joined_message_is_invok
     assert len([c for c in chunks[:-1] if c.tool_call_chunks]) == 2  # both valid calls early
     assert_same(joined(chunks), invoked)
     assert [c["args"] for c in joined(chunks).tool_calls] == [{"a": 1, "b": 2}, {"a": 3, "b": 4}]
+
+
+def test_the_graph_streams_each_step_as_a_message_in_langgraphs_messages_mode():
+    from specguard_graph import SpecGuardConfig, build_graph
+
+    draft, target, embedder = tiny_models()
+    for tau, source in ((1.01, "target"), (0.0, "draft")):  # every step rewritten / accepted
+        graph = build_graph(draft, target, embedder=embedder,
+                            config=SpecGuardConfig(tau=tau, max_steps=2, max_step_tokens=16)
+                            ).compile()  # fmt: skip
+        chunks: dict[str, list] = {}
+        final = None
+        for mode, data in graph.stream({"question": "What is 2 + 3?"},
+                                       stream_mode=["messages", "values"]):  # fmt: skip
+            if mode == "messages":
+                message, meta = data
+                assert meta["langgraph_node"] == ("target_recompute" if source == "target"
+                                                  else "commit_step")  # fmt: skip
+                chunks.setdefault(message.id, []).append((message.content, meta))
+            else:
+                final = data
+        steps = final["steps"]
+        assert steps and all(s["source"] == source for s in steps)
+        assert len(chunks) == len(steps)
+        for step, parts in zip(steps, chunks.values(), strict=True):
+            joined = "".join(text for text, _ in parts)
+            assert (
+                joined.startswith(step["text"]) and parts[0][1]["specguard_step"] == step["index"]
+            )
+            if source == "draft":
+                assert len(parts) == 1 and joined == step["text"]  # at once, whole
+            else:
+                assert len(parts) > 1  # as the target writes it
+
+
+def test_the_chat_model_streams_its_message_once_not_its_graphs_steps_too():
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    draft, target, embedder = tiny_models()
+    model = SpecGuardChatModel(draft=draft, target=target, embedder=embedder,
+                               config=chat_config(tau=1.01, max_step_tokens=16),
+                               disable_streaming=True)  # fmt: skip
+    # not streamed, the model runs its graph on the node's thread, inside the node's callbacks
+    graph = StateGraph(MessagesState)
+    graph.add_node("chat", lambda s: {"messages": [model.invoke(s["messages"])]})
+    graph.add_edge(START, "chat")
+    graph.add_edge("chat", END)
+    for subgraphs in (False, True):  # with subgraphs, LangGraph passes on nested graphs' runs
+        out = graph.compile().stream({"messages": [HumanMessage("Hi")]}, stream_mode="messages",
+                                     subgraphs=subgraphs)  # fmt: skip
+        ids = {(item[1] if subgraphs else item)[0].id for item in out}
+        assert len(ids) == 1, subgraphs

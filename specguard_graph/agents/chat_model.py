@@ -25,6 +25,7 @@ from ..config import SpecGuardConfig
 from ..context import RunContext
 from ..errors import ConfigError
 from ..models import tokens
+from ..nodes.messages import quiet
 from .calls import CallFormat
 from .messages import finish_reason, to_ai_message, to_template
 from .spec import ChatSteps, chat_question, forced_prefix
@@ -195,7 +196,8 @@ class SpecGuardChatModel(ToolChatModel):
         if kwargs:
             raise ConfigError(f"unknown argument(s) for SpecGuardChatModel: {', '.join(kwargs)}")
         question = self.question(messages, tools, tool_choice)
-        out = self.graph().invoke({"question": question}, context=check_context(context))
+        with quiet():  # this model streams the message itself (nodes/messages.py)
+            out = self.graph().invoke({"question": question}, context=check_context(context))
         step = out["steps"][-1]
         parsed = SPEC.parse(question, step["text"])
         writer = self.draft if step["source"] == "draft" else self.target

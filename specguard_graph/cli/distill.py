@@ -41,8 +41,11 @@ def distill_problems(
 @distill_app.command("evaluate")
 def distill_evaluate(
     records: Annotated[Path, typer.Option(help="the target's answers: a bench JSONL")],
-    model: Annotated[str, typer.Option(help="draft | target | a model dir or .gguf")] = "draft",
+    model: Annotated[
+        str, typer.Option(help="draft | target | distilled:NAME | a model dir or .gguf")
+    ] = "draft",
     limit: Annotated[int | None, typer.Option(min=1, help="first N records")] = None,
+    offset: Annotated[int, typer.Option(min=0, help="skip the first N (those trained on)")] = 0,
 ) -> None:
     """Teacher-forced on the target's answers: the share of positions where MODEL's argmax is
     the target's token, of whole steps it writes as the target did, and its mean agreeing run."""
@@ -51,7 +54,8 @@ def distill_evaluate(
         from ..distill.agreement import agreement
         from ..models.loading import load_lm
 
-        rows = [r for _, r in jsonl.objects(records, ("question", "text"))][:limit]
+        rows = [r for _, r in jsonl.objects(records, ("question", "text"))][offset:]
+        rows = rows[:limit]
         lm = load_lm(model) if model in ("draft", "target") else load_lm("draft", model)
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task("scoring answers", total=len(rows))
@@ -156,4 +160,4 @@ def distill_run(
     distill_train(records=records, out_dir=adapter, recipe=recipe, seed=seed)
     distill_install(adapter=adapter, name=name)
     for model in ("draft", f"distilled:{name}"):
-        distill_evaluate(records=evaluate_on, model=model, limit=evaluate_limit)
+        distill_evaluate(records=evaluate_on, model=model, limit=evaluate_limit, offset=0)

@@ -16,6 +16,7 @@ from ..runtime import RunSession
 from ..state import SpecGuardState, StepRecord
 from ..steps import history, separator
 from .common import Deps, Update, emit, remaining_tokens, step_index, timed
+from .messages import whole_step
 
 
 def finish_step(
@@ -139,6 +140,7 @@ def commit_step(state: SpecGuardState, runtime: Runtime[RunContext], *, deps: De
     else:
         deps.draft.append_text(session.draft, cand["text"] + sep)
         deps.target.append_text(session.target, cand["text"] + sep)
+    whole_step(step_index(state), "draft", cand["text"])  # LangGraph's `messages` stream
     return finish_step(deps, runtime, state, session, text=cand["text"], source="draft",
                        ended=cand["ended"], tokens=cand["tokens"],
                        dropped=cand.get("dropped"))  # fmt: skip

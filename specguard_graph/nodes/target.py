@@ -26,6 +26,7 @@ from ..state import SpecGuardState, add_numbers
 from ..steps import separator
 from .commit import finish_step
 from .common import Deps, Update, emit, remaining_tokens, step_index, token_texts
+from .messages import step_message
 from .program import kept_tokens, trim_step
 
 if TYPE_CHECKING:
@@ -42,7 +43,12 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     verified = None
     # the target's tokens are the step's as it writes them: to a streaming chat model, and to
     # the custom stream as {"event": "target_text", "step": i, "text": the step so far}
-    with streamed.final(), streamed.also(_text_events(deps, step_index(state))):
+    # and to LangGraph's `messages` stream as one message per step (`messages.py`)
+    with (
+        step_message(step_index(state), "target") as to_messages,
+        streamed.final(),
+        streamed.also(_text_events(deps, step_index(state), to_messages)),
+    ):
         if cfg.fallback == "verify" and can_verify(deps.target):
             sample, stats = _verify(deps, state, session, budget)
             verified = stats.as_dict()
@@ -72,14 +78,17 @@ def target_recompute(state: SpecGuardState, runtime: Runtime[RunContext], *, dep
     return update
 
 
-def _text_events(deps: Deps, step: int) -> Callable[[list[int]], None]:
+def _text_events(deps: Deps, step: int, to_messages: Callable[[str], None]
+                 ) -> Callable[[list[int]], None]:  # fmt: skip
     written: list[int] = []
     decode = getattr(deps.target, "decode", None)
 
     def send(ids: list[int]) -> None:
         written.extend(ids)
         if decode is not None:
-            emit("target_text", step=step, text=decode(written).rstrip("\ufffd"))
+            text = decode(written).rstrip("\ufffd")
+            emit("target_text", step=step, text=text)
+            to_messages(text)
 
     return send
 
