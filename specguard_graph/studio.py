@@ -4,7 +4,8 @@ Imports are absolute: the server loads this file by path, not as part of the pac
 
 Models load once, at import, from the configured paths or the embedded defaults:
   SPECGUARD_STUDIO_MODELS=tiny          the offline tiny models (tests, quick looks)
-  SPECGUARD_DRAFT / SPECGUARD_TARGET / SPECGUARD_EMBEDDER   model paths (dirs or .gguf)
+  SPECGUARD_DRAFT / SPECGUARD_TARGET / SPECGUARD_EMBEDDER   model paths (dirs or .gguf; the
+      draft may be distilled:NAME, docs/models.md)
   SPECGUARD_CONFIG                      a SpecGuardConfig JSON file
   SPECGUARD_STEPS                       reasoning | program | plan
 The exported graph has no checkpointer: the server brings its own. τ, β, k, the temperature

@@ -65,7 +65,9 @@ class Dtype(StrEnum):
     float16 = "float16"
 
 
-DraftPath = Annotated[str | None, typer.Option("--draft", help="draft model dir or .gguf")]
+DraftPath = Annotated[
+    str | None, typer.Option("--draft", help="draft model dir, .gguf or distilled:NAME")
+]
 TargetPath = Annotated[str | None, typer.Option("--target", help="target model dir or .gguf")]
 DraftModel = Annotated[
     str | None, typer.Option("--draft-model", help="served draft's model name (default: listed)")
