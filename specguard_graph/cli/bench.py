@@ -139,7 +139,9 @@ def _summary(out: Path, names: list[str], taus: str | None, config: Path | None,
     from ..bench.bfcl.multi_turn import is_multi_turn
     from ..bench.report import write_summary
 
-    command = "specguard bench " + " ".join(a for a in sys.argv[2:] if a != "--report-only")
+    # the command as typed: `specguard bench ...`, or the one that ran the bench for it
+    # (`specguard distill collect | run`), which resumes the same way
+    command = "specguard " + " ".join(a for a in sys.argv[1:] if a != "--report-only")
     base_tau = load_config(config, {}).tau
     text = write_summary(out, names, command, sweep=bool(taus), base_tau=base_tau)
     if is_multi_turn(dataset):
