@@ -35,7 +35,8 @@ def test_no_problems_is_refused():
 
 
 def test_a_model_agrees_with_its_own_greedy_answer_everywhere_and_another_does_not(tiny):
-    from specguard_graph.distill.agreement import SPEC, agreement
+    from specguard_graph.distill.agreement import agreement
+    from specguard_graph.distill.examples import SPEC
 
     pc = tiny.target.new_prefix(SPEC.render_prompt("What is 2 + 3?", tiny.target.tokenizer))
     own = tiny.target.sample(pc, n=1, delimiter=SPEC.delimiter, max_new_tokens=30,
