@@ -15,6 +15,7 @@ one at a time, then by eight clients at once; the answers must be equal; message
 tokens per second both ways.
 
     .venv/bin/python benchmarks/stream_speed.py --rounds 5
+    .venv/bin/python benchmarks/stream_speed.py --bfcl multi_turn_base_0 --rounds 2
 """
 
 from __future__ import annotations
@@ -121,13 +122,83 @@ def serve_round(target) -> None:
         print(f"| {what} | {t:.1f} | {8 / t:.2f} | {tokens / t:.1f} |")
 
 
+class _Captured(Exception):
+    pass
+
+
+def first_call(target, task: str):
+    """The messages and tools of an agent's first model call on a BFCL multi-turn task (the
+    bench's agent: the target alone, BFCL's own prompt)."""
+    from specguard_graph.bench.bfcl import multi_turn as mt
+
+    seen: dict = {}
+    original = PlainChatModel._generate
+
+    def capture(self, messages, stop=None, run_manager=None, **kwargs):
+        seen.update(messages=messages, tools=list(kwargs.get("tools") or ()))
+        raise _Captured
+
+    PlainChatModel._generate = capture  # type: ignore[method-assign]
+    try:
+        mt.run_task(PlainChatModel(lm=target, system_prompt=None), task)
+    except _Captured:
+        pass
+    finally:
+        PlainChatModel._generate = original  # type: ignore[method-assign]
+    return seen["messages"], seen["tools"]
+
+
+def bfcl_rounds(target, task: str, rounds: int) -> None:
+    """Time to the first streamed chunk (content or a call) of the first call of `task`, cold,
+    against its prefill + one decode step + 50 ms, and streamed / invoke time."""
+    messages, tools = first_call(target, task)
+    model = PlainChatModel(lm=target, system_prompt=None, max_tokens=96)
+    bound_model = model.bind_tools(tools) if tools else model
+    print(f"BFCL {task}, first call: {len(tools)} tools; {rounds} rounds, every call cold\n")
+    print(
+        "| round | prompt tokens | first chunk s | prefill + 1 step + 50 ms s | within | "
+        "streamed / invoke |\n|---|---|---|---|---|---|"
+    )
+    for r in range(rounds):
+        cold(target)
+        t0 = time.perf_counter()
+        invoked = bound_model.invoke(messages)
+        t_invoke = time.perf_counter() - t0
+        cold(target)
+        t0 = time.perf_counter()
+        first, chunks = None, []
+        for c in bound_model.stream(messages):
+            if first is None and (c.content or c.tool_call_chunks):
+                first = time.perf_counter() - t0
+            chunks.append(c)
+        t_stream = time.perf_counter() - t0
+        joined = chunks[0]
+        for c in chunks[1:]:
+            joined = joined + c
+        calls = [[(c["name"], c["args"]) for c in m.tool_calls] for m in (joined, invoked)]
+        if joined.content != invoked.content or calls[0] != calls[1]:  # ids are per message
+            raise SystemExit(f"streamed {joined!r} != invoked {invoked!r}")
+        meta, tokens = joined.response_metadata, joined.usage_metadata
+        bound = meta["prefill_s"] + meta["decode_s"] / max(tokens["output_tokens"], 1) + 0.05
+        ttft = first if first is not None else t_stream
+        print(
+            f"| {r + 1} | {tokens['input_tokens']} | {ttft:.2f} | {bound:.2f} | "
+            f"{ttft <= bound} | {t_stream / t_invoke:.3f} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bfcl", metavar="TASK", help="only: the first call of a BFCL multi-turn task")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["SPECGUARD_PREFIX_DISK"] = "off"  # cold means cold: no prompt from an earlier run
+    if args.bfcl:
+        print(describe())
+        return bfcl_rounds(load_lm("target"), args.bfcl, args.rounds)
     draft, target = load_lm("draft"), load_lm("target")
     print(f"{describe()}; {args.rounds} rounds × 2 messages, every call cold\n")
     models = {
