@@ -13,7 +13,8 @@ from ..errors import SpecGuardError
 from .common import err, fail, out
 
 distill_app = typer.Typer(
-    no_args_is_help=True, help="Data and measurements for a draft that learns the target."
+    no_args_is_help=True,
+    help="A draft that learns the target: problems, collect, train, install, evaluate; run does all.",
 )
 
 
@@ -24,7 +25,7 @@ def distill_problems(
     seed: Annotated[int, typer.Option(help="generator seed")] = 1,
 ) -> None:
     """Write training problems disjoint from every evaluation set (distill/data.py); the target
-    answers them with `specguard bench --data OUT --methods target` (resumable)."""
+    answers them with `specguard distill collect` (resumable)."""
     try:
         from ..bench.data import gsm8k_100
         from ..distill.data import fresh_problems, overlap, write_problems
