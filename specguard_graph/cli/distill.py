@@ -14,7 +14,7 @@ from .common import err, fail, out
 
 distill_app = typer.Typer(
     no_args_is_help=True,
-    help="A draft that learns the target: problems, collect, train, install, evaluate; run does all.",
+    help="A draft that learns the target: problems, collect, train, install, evaluate (run: all).",
 )
 
 
