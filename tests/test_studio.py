@@ -1,4 +1,5 @@
-"""`langgraph dev` serves the graph offline and streams the custom step events."""
+"""`langgraph dev` serves the graph offline and streams the custom step events and each step as
+a message."""
 
 import contextlib
 import json
@@ -73,6 +74,36 @@ def test_a_run_through_the_api_streams_the_step_events(server):
     steps = [e for e in events if e["event"] == "step"]
     assert last_values is not None and len(last_values["steps"]) == len(steps)
     assert last_values["status"] in ("final", "max_steps", "max_total_tokens")
+
+
+def test_the_served_graph_streams_each_step_as_a_message(server):
+    body = {
+        "assistant_id": "specguard",
+        "input": {"question": "What is 2 + 3?"},
+        "context": {"tau": 1.01, "max_steps": 2},  # every step written by the target
+        "stream_mode": ["messages-tuple", "values"],
+    }
+    texts: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    last_values = None
+    with httpx.stream("POST", f"{server}/runs/stream", json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        kind = None
+        for line in resp.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and kind == "messages":
+                message, meta = json.loads(line.split(":", 1)[1])
+                assert meta["langgraph_node"] == "target_recompute"
+                texts[message["id"]] = texts.get(message["id"], "") + message["content"]
+                counts[message["id"]] = counts.get(message["id"], 0) + 1
+            elif line.startswith("data:") and kind == "values":
+                last_values = json.loads(line.split(":", 1)[1])
+    steps = last_values["steps"]
+    assert steps and len(texts) == len(steps)
+    for step, text in zip(steps, texts.values(), strict=True):
+        assert text.startswith(step["text"])
+    assert max(counts.values()) > 1  # token by token, not whole
 
 
 def test_studio_shows_the_per_run_settings_and_a_run_can_set_them(server):
