@@ -29,7 +29,7 @@ import torch
 from specguard_graph.bench.data import gsm8k_100
 from specguard_graph.bench.grade import grade_problem
 from specguard_graph.bench.methods import plain, verified_sd
-from specguard_graph.distill.agreement import answer_agreement
+from specguard_graph.distill.agreement import answer_counts, summary
 from specguard_graph.machine import describe
 from specguard_graph.models.loading import load_lm
 
@@ -43,30 +43,15 @@ def done_keys(path: Path) -> set[tuple[str, str, str]]:
     return {(r["section"], r["model"], r["id"]) for r in rows}
 
 
-def agreement_row(lm, rec) -> dict:
-    hits, ends = answer_agreement(lm, rec["question"], rec["text"])
-    start, steps, equal, runs, run = 0, 0, 0, [], 0
-    for end in ends:
-        if end > start:
-            steps, equal = steps + 1, equal + all(hits[start:end])
-        start = end
-    for h in hits:
-        run = run + 1 if h else (runs.append(run) or 0)
-    runs.append(run)
-    return {"positions": len(hits), "agree": sum(hits), "steps": steps, "equal": equal,
-            "runs": len(runs)}  # fmt: skip
-
-
 def summarize(rows: list[dict], names: list[str]) -> list[str]:
     out = []
     for name in names:
         a = [r for r in rows if r["section"] == "agreement" and r["model"] == name]
         if a:
-            pos = sum(r["positions"] for r in a)
-            out.append(f"agreement {name}: top-1 {sum(r['agree'] for r in a) / pos:.4f}, whole "
-                       f"steps {sum(r['equal'] for r in a) / sum(r['steps'] for r in a):.4f}, "
-                       f"mean run {sum(r['agree'] for r in a) / sum(r['runs'] for r in a):.2f} "
-                       f"({len(a)} answers, {pos} positions)")  # fmt: skip
+            got = summary(a)
+            out.append(f"agreement {name}: top-1 {got['top1']:.4f}, whole steps "
+                       f"{got['steps_equal']:.4f}, mean run {got['mean_run']:.2f} "
+                       f"({len(a)} answers, {got['positions']} positions)")  # fmt: skip
         s = [r for r in rows if r["section"] == "lossless" and r["model"] == name]
         if s:
             ratio = statistics.median(r["ratio"] for r in s)
@@ -87,7 +72,7 @@ def run(args, lms: dict, target, sink) -> None:
         for name, lm in lms.items():
             if ("agreement", name, rec["id"]) not in done:
                 sink({"section": "agreement", "model": name, "id": rec["id"],
-                      **agreement_row(lm, rec)})  # fmt: skip
+                      **answer_counts(lm, rec["question"], rec["text"])})  # fmt: skip
         print(f"agreement {i + 1}/{len(recs)}", flush=True)
     problems = gsm8k_100()[args.offset : args.offset + args.lossless]
     alone = gsm8k_100()[: args.alone]

@@ -50,6 +50,18 @@ def server(tmp_path_factory):
         yield url
 
 
+def run_events(server: str, body: dict):
+    """(event, data) of a run streamed through the API's server-sent events."""
+    with httpx.stream("POST", f"{server}/runs/stream", json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        kind = None
+        for line in resp.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:"):
+                yield kind, json.loads(line.split(":", 1)[1])
+
+
 def test_a_run_through_the_api_streams_the_step_events(server):
     body = {
         "assistant_id": "specguard",
@@ -57,18 +69,11 @@ def test_a_run_through_the_api_streams_the_step_events(server):
         "stream_mode": ["custom", "values"],
     }
     events, last_values = [], None
-    with httpx.stream("POST", f"{server}/runs/stream", json=body, timeout=120) as resp:
-        assert resp.status_code == 200
-        kind = None
-        for line in resp.iter_lines():
-            if line.startswith("event:"):
-                kind = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and kind in ("custom", "values"):
-                data = json.loads(line.split(":", 1)[1])
-                if kind == "custom":
-                    events.append(data)
-                else:
-                    last_values = data
+    for kind, data in run_events(server, body):
+        if kind == "custom":
+            events.append(data)
+        elif kind == "values":
+            last_values = data
     kinds = {e["event"] for e in events}
     assert {"draft", "select", "grounding", "logprob", "decision", "step", "done"} <= kinds
     steps = [e for e in events if e["event"] == "step"]
@@ -86,19 +91,14 @@ def test_the_served_graph_streams_each_step_as_a_message(server):
     texts: dict[str, str] = {}
     counts: dict[str, int] = {}
     last_values = None
-    with httpx.stream("POST", f"{server}/runs/stream", json=body, timeout=120) as resp:
-        assert resp.status_code == 200
-        kind = None
-        for line in resp.iter_lines():
-            if line.startswith("event:"):
-                kind = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and kind == "messages":
-                message, meta = json.loads(line.split(":", 1)[1])
-                assert meta["langgraph_node"] == "target_recompute"
-                texts[message["id"]] = texts.get(message["id"], "") + message["content"]
-                counts[message["id"]] = counts.get(message["id"], 0) + 1
-            elif line.startswith("data:") and kind == "values":
-                last_values = json.loads(line.split(":", 1)[1])
+    for kind, data in run_events(server, body):
+        if kind == "messages":
+            message, meta = data
+            assert meta["langgraph_node"] == "target_recompute"
+            texts[message["id"]] = texts.get(message["id"], "") + message["content"]
+            counts[message["id"]] = counts.get(message["id"], 0) + 1
+        elif kind == "values":
+            last_values = data
     steps = last_values["steps"]
     assert steps and len(texts) == len(steps)
     for step, text in zip(steps, texts.values(), strict=True):

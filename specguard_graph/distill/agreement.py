@@ -29,29 +29,34 @@ def answer_agreement(lm: Any, question: str, answer: str) -> tuple[list[bool], l
     return (logits.argmax(-1) == torch.tensor(ex.answer)).tolist(), ex.ends
 
 
+def answer_counts(lm: Any, question: str, answer: str) -> dict[str, int]:
+    """One answer's tallies: positions, agreeing positions, steps, equal steps, and agreeing
+    runs (each miss ends one; the answer's end ends the last)."""
+    hits, ends = answer_agreement(lm, question, answer)
+    steps = equal = start = 0
+    for end in ends:
+        if end > start:
+            steps, equal = steps + 1, equal + all(hits[start:end])
+        start = end
+    agree = sum(hits)
+    return {"positions": len(hits), "agree": agree, "steps": steps, "equal": equal,
+            "runs": len(hits) - agree + 1}  # fmt: skip
+
+
+def summary(counts: Iterable[Mapping[str, int]]) -> dict[str, Any]:
+    """Tallies summed into the shares `agreement` reports."""
+    total = {"positions": 0, "agree": 0, "steps": 0, "equal": 0, "runs": 0}
+    for c in counts:
+        for k in total:
+            total[k] += c[k]
+    if not total["positions"]:
+        raise InputError("no answer text to score: the records are empty")
+    return {"positions": total["positions"], "top1": total["agree"] / total["positions"],
+            "steps": total["steps"], "steps_equal": total["equal"] / max(total["steps"], 1),
+            "mean_run": total["agree"] / max(total["runs"], 1)}  # fmt: skip
+
+
 def agreement(lm: Any, records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Over `records` ({"question", "text"}: the target's answers): the share of positions and
     of whole steps the draft writes as the target did, and the mean run of agreeing tokens."""
-    positions = agree = steps = equal = 0
-    runs: list[int] = []
-    for r in records:
-        hits, ends = answer_agreement(lm, r["question"], r["text"])
-        positions, agree = positions + len(hits), agree + sum(hits)
-        start = 0
-        for end in ends:
-            if end > start:
-                steps, equal = steps + 1, equal + all(hits[start:end])
-            start = end
-        run = 0
-        for h in hits:
-            if h:
-                run += 1
-            else:
-                runs.append(run)
-                run = 0
-        runs.append(run)
-    if not positions:
-        raise InputError("no answer text to score: the records are empty")
-    return {"positions": positions, "top1": agree / positions, "steps": steps,
-            "steps_equal": equal / max(steps, 1),
-            "mean_run": sum(runs) / max(len(runs), 1)}  # fmt: skip
+    return summary(answer_counts(lm, r["question"], r["text"]) for r in records)

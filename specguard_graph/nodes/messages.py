@@ -17,6 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from langchain_core.callbacks import CallbackManager
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, LLMResult
+from langgraph.config import get_config
+
 _QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("step_messages_quiet", default=False)
 
 
@@ -33,10 +38,6 @@ def _run(step: int, source: str) -> Any:
     """A chat-model run on the calling node's callbacks, or None outside a streaming graph."""
     if _QUIET.get():
         return None
-    from langchain_core.callbacks import CallbackManager
-    from langchain_core.messages import HumanMessage
-    from langgraph.config import get_config
-
     try:
         config = get_config()
     except RuntimeError:  # not inside a graph run
@@ -65,9 +66,6 @@ def step_message(step: int, source: str) -> Iterator[Callable[[str], None]]:
     def send(text: str) -> None:
         if run is None or not text.startswith(sent[0]) or text == sent[0]:
             return
-        from langchain_core.messages import AIMessageChunk
-        from langchain_core.outputs import ChatGenerationChunk
-
         delta, sent[0] = text[len(sent[0]) :], text
         chunk = AIMessageChunk(content=delta, id=mid)
         run.on_llm_new_token(delta, chunk=ChatGenerationChunk(message=chunk))
@@ -76,9 +74,6 @@ def step_message(step: int, source: str) -> Iterator[Callable[[str], None]]:
         yield send
     finally:
         if run is not None:
-            from langchain_core.messages import AIMessage
-            from langchain_core.outputs import ChatGeneration, LLMResult
-
             message = AIMessage(content=sent[0], id=mid)
             run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=message)]]))
 
