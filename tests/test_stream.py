@@ -79,17 +79,12 @@ def assert_same(streamed, invoked):
     assert streamed.content == invoked.content
     strip = [{k: v for k, v in c.items() if k != "id"} for c in invoked.tool_calls]
     assert [{k: v for k, v in c.items() if k != "id"} for c in streamed.tool_calls] == strip
-    # an invalid call LangChain would read as an object travels in the metadata (stream.py)
-    moved = streamed.response_metadata.get("invalid_tool_calls", [])
-    assert [c["args"] for c in [*streamed.invalid_tool_calls, *moved]] == [
-        c["args"] for c in invoked.invalid_tool_calls
+    # an invalid call joins invalid, with its name and text (its parse error has no field)
+    assert [(c["name"], c["args"]) for c in streamed.invalid_tool_calls] == [
+        (c["name"], c["args"]) for c in invoked.invalid_tool_calls
     ]
     assert all(c["name"] for c in streamed.tool_calls)  # none joined as a nameless call
-    a = {
-        k: v
-        for k, v in streamed.response_metadata.items()
-        if k not in (*TIMES, "invalid_tool_calls")
-    }
+    a = {k: v for k, v in streamed.response_metadata.items() if k not in TIMES}
     b = {k: v for k, v in invoked.response_metadata.items() if k not in TIMES}
     assert a == b
     assert streamed.usage_metadata == invoked.usage_metadata
@@ -251,28 +246,71 @@ def test_the_live_view_shows_a_prefill_bar_and_the_targets_text_as_plain_text():
     view.render()  # rich takes it as text: no MarkupError
 
 
-def test_each_call_is_sent_when_its_block_closes_and_the_joined_message_is_invokes():
+def fed_char_by_char(text: str, prefix: str = ""):
+    """A `MessageStream` fed one character per token; the chunks, where each call's name and
+    arguments went out, and the message `invoke` returns for the same text."""
     from specguard_graph.agents.messages import to_ai_message
     from specguard_graph.agents.stream import MessageStream
 
-    text = ("Adding. " + call("add", a=1, b=2) + " then <tool_call>\n{broken\n</tool_call> and "
-            + call("add", a=3, b=4) + " done.")  # fmt: skip
-    stream = MessageStream(lambda ids: "".join(map(chr, ids)), "", "json")
-    chunks, first_call_at = [], None
-    for i, ch in enumerate(text):  # one character per token
+    stream = MessageStream(lambda ids: "".join(map(chr, ids)), prefix, "json")
+    chunks, named_at, args_at = [], {}, {}
+    for i, ch in enumerate(text):
         piece = stream.add([ord(ch)])
         if piece is not None:
             chunks.append(piece)
-            if piece.tool_call_chunks and first_call_at is None:
-                first_call_at = i
-    invoked = to_ai_message(parse_calls(text), response_metadata={"finish_reason": "tool_calls"},
+            for c in piece.tool_call_chunks:
+                if c["name"]:
+                    named_at[c["index"]] = i
+                if c["args"]:
+                    args_at[c["index"]] = i
+    invoked = to_ai_message(parse_calls(prefix + text), response_metadata={"finish_reason": "x"},
                             usage_metadata={"input_tokens": 1, "output_tokens": len(text),
                                             "total_tokens": 1 + len(text)})  # fmt: skip
     chunks.append(stream.finish(invoked))
-    assert first_call_at == text.index("</tool_call>") + len("</tool_call>") - 1  # at once
-    assert len([c for c in chunks[:-1] if c.tool_call_chunks]) == 2  # both valid calls early
+    return chunks, named_at, args_at, invoked
+
+
+def test_a_calls_name_goes_out_when_written_and_its_arguments_when_its_block_closes():
+    text = ("Adding. " + call("add", a=1, b=2) + " then <tool_call>\n{broken\n</tool_call> and "
+            + call("add", a=3, b=4) + " done.")  # fmt: skip
+    chunks, named_at, args_at, invoked = fed_char_by_char(text)
+    closes = [i + len("</tool_call>") - 1 for i in range(len(text)) if text.startswith("</", i)]
+    names = [i + len('"add"') - 1 for i in range(len(text)) if text.startswith('"add"', i)]
+    assert named_at == {0: names[0], 2: names[1]}  # at the name's closing quote
+    assert args_at == {0: closes[0], 2: closes[2]}  # the broken block waits for the end
     assert_same(joined(chunks), invoked)
     assert [c["args"] for c in joined(chunks).tool_calls] == [{"a": 1, "b": 2}, {"a": 3, "b": 4}]
+    assert joined(chunks).invalid_tool_calls[0]["args"] == "<tool_call>\n{broken\n</tool_call>"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": ',  # cut at the budget
+        '<tool_call>\n{"name": "add", "arguments": {"a": 1,}}\n</tool_call>',  # bad JSON
+        '<tool_call>\n{"name": "add", "arguments": "a=1"}\n</tool_call>',
+        '<tool_call>\n{"name": "add", "name": "mul", "arguments": {}}\n</tool_call>',
+        '<tool_call>\n{"name": "add", "arguments": {"a": 1}}',  # ends without its closing tag
+        '<tool_call>\n{"arguments": {"a": 1}, "name": "add"}\n</tool_call>',  # named late
+        '<tool_call>\n{{"name": "add", "arguments": {"a": 1}}}\n</tool_call>',
+    ],
+)
+def test_a_call_named_early_that_then_fails_joins_invalid_never_runnable(text):
+    chunks, named_at, _, invoked = fed_char_by_char(text)
+    out = joined(chunks)
+    assert_same(out, invoked)
+    if invoked.invalid_tool_calls:
+        assert not out.tool_calls and out.invalid_tool_calls[0]["name"] == "add"
+        assert named_at  # the name had gone out before the call failed
+    else:
+        assert out.tool_calls[0]["name"] == "add" and out.tool_calls[0]["args"] == {"a": 1}
+
+
+def test_a_forced_calls_name_is_in_the_first_chunk():
+    prefix = '<tool_call>\n{"name": "add", "arguments": '
+    chunks, named_at, _, invoked = fed_char_by_char('{"a": 2, "b": 3}}\n</tool_call>', prefix)
+    assert named_at == {0: 0} and chunks[0].tool_call_chunks[0]["name"] == "add"
+    assert_same(joined(chunks), invoked)
 
 
 def test_the_graph_streams_each_step_as_a_message_in_langgraphs_messages_mode():

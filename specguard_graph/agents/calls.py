@@ -30,7 +30,7 @@ class ParsedMessage:
 
     content: str
     calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments"}
-    invalid: list[dict[str, Any]] = field(default_factory=list)  # {"text", "error"}
+    invalid: list[dict[str, Any]] = field(default_factory=list)  # {"text", "error", "name"?}
 
     def canonical(self) -> str | None:
         """The calls, order-free, in one string (None: the message makes no valid call)."""
@@ -62,10 +62,27 @@ def _loads(raw: str) -> Any:
         return obj
 
 
+_NAMED = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def written_name(raw: str) -> str | None:
+    """The tool a call's text names as soon as its name is written whole (a call object that
+    starts `{"name": "..."`), before its arguments: what a stream can send first."""
+    m = _NAMED.match(raw)
+    if m is None:
+        return None
+    try:
+        return json.loads(f'"{m.group(1)}"')
+    except json.JSONDecodeError:
+        return None
+
+
 def _json_call(raw: str) -> dict[str, Any]:
     obj = _loads(raw)
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         raise ValueError('a call is a JSON object with a "name"')
+    if written_name(raw) not in (None, obj["name"]):  # JSON keeps a repeated key's last value
+        raise ValueError("the call names its tool twice")
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # some models write the arguments as a JSON string
         args = json.loads(args)
@@ -106,11 +123,10 @@ def parse_json_calls(text: str) -> ParsedMessage:
         return ParsedMessage("", bare)
     calls, invalid = [], []
     for m in _BLOCK.finditer(text):
-        raw = m.group(1).strip()
         try:
-            calls.append(_json_call(raw))
-        except (ValueError, json.JSONDecodeError) as e:
-            invalid.append({"text": raw, "error": str(e)})
+            calls.append(_json_call(m.group(1).strip()))
+        except (ValueError, json.JSONDecodeError) as e:  # the block as written, tags and all
+            invalid.append({"text": m.group(0), "error": str(e), "name": written_name(m.group(1))})
     return ParsedMessage(_BLOCK.sub("", text).strip(), calls, invalid)
 
 

@@ -89,8 +89,8 @@ def to_ai_message(parsed: ParsedMessage, **extra: Any) -> AIMessage:
 
 
 def _invalid(call: dict[str, Any]) -> dict[str, Any]:
-    return {"name": None, "args": call["text"], "id": _call_id(), "error": call["error"],
-            "type": "invalid_tool_call"}  # fmt: skip
+    return {"name": call.get("name"), "args": call["text"], "id": _call_id(),
+            "error": call["error"], "type": "invalid_tool_call"}  # fmt: skip
 
 
 def finish_reason(parsed: ParsedMessage, ended: str | None) -> str:

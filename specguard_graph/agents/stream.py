@@ -9,14 +9,18 @@ What of that text is content: the message's content is its text less its call bl
 (`calls.parse_calls`). A delta is sent only when it is certain to be a prefix of that content:
 not while the text could still be a call (a `<tool_call>` block being written, a partial tag at
 the end, a message that starts like bare JSON or a Python call), not trailing whitespace (the
-end may strip it). A call is sent as a `tool_call_chunk` (name and JSON arguments; LangChain
-parses them back into `tool_calls`) as soon as its block closes and parses; the last chunk
-carries the rest of the content, the rest of the calls, `response_metadata` and
-`usage_metadata`, so the joined chunks are what `invoke` returns. One
-exception, LangChain's: it reads a chunk's arguments as partial JSON, so a call that does not
-parse but whose text reads as a JSON object (cut mid-way) would join as a runnable call; such
-a call travels in `response_metadata["invalid_tool_calls"]` instead (the parse error is lost in
-chunks either way).
+end may strip it).
+
+A call goes out as `tool_call_chunk`s, in two pieces: its name as soon as the name is written
+whole (`"name": "..."` at the head of its block), then its arguments when its block closes and
+parses (LangChain parses them back into `tool_calls`). The arguments are not streamed token by
+token: LangChain joins a chunk's arguments as partial JSON, so a call cut at the budget after
+`{"path": "/ho` would join as a runnable call with a truncated argument. A call that does not
+parse goes in the last chunk as an invalid call whose arguments are its block as written, tags
+and all: text no JSON reading turns into a call (`calls.parse_json_calls`; `invoke` says the
+same). The last chunk carries the rest of the content, the rest of the calls,
+`response_metadata` and `usage_metadata`, so the joined chunks are what `invoke` returns (but
+for an invalid call's parse error: LangChain's chunks have no field for it).
 """
 
 from __future__ import annotations
@@ -32,10 +36,9 @@ from greenlet import getcurrent, greenlet
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from langchain_core.utils.json import parse_partial_json
 
 from ..models import tokens
-from .calls import _BLOCK, _LOOKS_LIKE_CALL, _json_call
+from .calls import _BLOCK, _LOOKS_LIKE_CALL, _json_call, parse_calls, written_name
 from .messages import _call_id
 
 _TAG = "<tool_call>"
@@ -68,16 +71,6 @@ class StreamClosed(Exception):
     loop where it waits, releasing the model."""
 
 
-def _stays_invalid(args: Any) -> bool:
-    """Does LangChain keep this text an invalid call when it joins chunks?"""
-    if not args:
-        return False
-    try:
-        return not isinstance(parse_partial_json(args), dict)
-    except Exception:
-        return True
-
-
 class MessageStream:
     """Token ids in, chunks out (`add`), then the last chunk (`finish`)."""
 
@@ -85,67 +78,106 @@ class MessageStream:
         self.decode, self.prefix, self.calls = decode, prefix, calls
         self.ids: list[int] = []
         self.sent = ""
-        self.blocks = 0  # closed <tool_call> blocks looked at
-        self.early: list[dict[str, Any]] = []  # calls sent before the end, in order
+        self.slots: list[dict[str, Any]] = []  # one per <tool_call> block seen, in order
+
+    def text(self, *, whole: bool = False) -> str:
+        text = self.prefix + self.decode(self.ids)
+        return text if whole else text.rstrip("\ufffd")  # a character still being written
 
     def add(self, ids: Sequence[int]) -> AIMessageChunk | None:
-        """What the text so far settles: a content delta, and each call whose block has just
-        closed and parses (a call that does not parse waits for the last chunk: it will be
-        invalid there, and a chunk cannot take a call back)."""
+        """What the text so far settles: a content delta, the name of each call whose name is
+        written, and the arguments of each call whose block has just closed and parses (a call
+        that does not parse waits for the last chunk, where it is invalid)."""
         self.ids.extend(ids)
-        text = self.prefix + self.decode(self.ids).rstrip("\ufffd")  # a character being written
+        text = self.text()
         safe = safe_content(text, self.calls)
         delta = ""
         if len(safe) > len(self.sent) and safe.startswith(self.sent):
             delta, self.sent = safe[len(self.sent) :], safe
-        calls = self._closed_calls(text) if self.calls == "json" else []
+        calls = self._call_chunks(text) if self.calls == "json" else []
         return AIMessageChunk(content=delta, tool_call_chunks=calls) if delta or calls else None
 
-    def _closed_calls(self, text: str) -> list[dict[str, Any]]:
-        closed = [m for m in _BLOCK.finditer(text) if m.group(0).endswith("</tool_call>")]
+    def _slot(self, b: int) -> dict[str, Any]:
+        if b == len(self.slots):
+            self.slots.append({"index": b, "id": _call_id(), "named": False, "closed": False})
+        return self.slots[b]
+
+    def _call_chunks(self, text: str) -> list[dict[str, Any]]:
         out = []
-        for m in closed[self.blocks :]:
-            self.blocks += 1
-            try:
-                call = _json_call(m.group(1).strip())
-            except ValueError:
+        for b, m in enumerate(_BLOCK.finditer(text)):
+            slot = self._slot(b)
+            if slot["closed"]:
                 continue
-            out.append({"name": call["name"], "id": _call_id(), "index": len(self.early),
-                        "args": json.dumps(call["arguments"], ensure_ascii=False),
-                        "type": "tool_call_chunk"})  # fmt: skip
-            self.early.append(call)
+            piece: dict[str, Any] = {"name": None, "id": None, "index": b, "args": "",
+                                     "type": "tool_call_chunk"}  # fmt: skip
+            if not slot["named"] and (name := written_name(m.group(1))) is not None:
+                slot["named"] = True
+                piece |= {"name": name, "id": slot["id"]}
+            if m.group(0).endswith("</tool_call>"):
+                slot["closed"] = True
+                try:
+                    call = _json_call(m.group(1).strip())
+                except ValueError:  # invalid: its text goes in the last chunk
+                    call = None
+                if call is not None:
+                    slot["call"] = call
+                    piece["args"] = json.dumps(call["arguments"], ensure_ascii=False)
+                    if not slot["named"]:  # a call whose name could not be read early
+                        slot["named"] = True
+                        piece |= {"name": call["name"], "id": slot["id"]}
+            if piece["name"] is not None or piece["args"]:
+                out.append(piece)
         return out
 
     def finish(self, message: AIMessage) -> AIMessageChunk:
         content = message.content if isinstance(message.content, str) else ""
         if not content.startswith(self.sent):  # never expected: streamed text is final text
             raise RuntimeError(f"streamed {self.sent!r}, but the message says {content!r}")
-        done = len(self.early)
-        if [(c["name"], c["arguments"]) for c in self.early] != [
-            (c["name"], c["args"]) for c in message.tool_calls[:done]
-        ]:
-            raise RuntimeError("the calls sent early are not the message's first calls")
-        calls = [{"name": c["name"], "args": json.dumps(c["args"], ensure_ascii=False),
-                  "id": c["id"], "index": done + i, "type": "tool_call_chunk"}
-                 for i, c in enumerate(message.tool_calls[done:])]  # fmt: skip
-        # LangChain reads a chunk's arguments as partial JSON: an invalid call whose text would
-        # read as an object would join as a call, so it travels in the metadata instead
-        kept = [c for c in message.invalid_tool_calls if _stays_invalid(c.get("args"))]
-        first = len(message.tool_calls)
-        calls += [{"name": c.get("name"), "args": c.get("args"), "id": c["id"],
-                   "index": first + i, "type": "tool_call_chunk"}
-                  for i, c in enumerate(kept)]  # fmt: skip
-        meta = dict(message.response_metadata)
-        if moved := [c for c in message.invalid_tool_calls if c not in kept]:
-            meta["invalid_tool_calls"] = moved
+        if self.slots:  # calls sent block by block: the rest follow the message's blocks
+            calls = self._rest_by_block(message)
+        else:
+            calls = [{"name": c["name"], "args": json.dumps(c["args"], ensure_ascii=False),
+                      "id": c["id"], "index": i, "type": "tool_call_chunk"}
+                     for i, c in enumerate(message.tool_calls)]  # fmt: skip
+            calls += [{"name": c.get("name"), "args": c.get("args"), "id": c["id"],
+                       "index": len(calls) + i, "type": "tool_call_chunk"}
+                      for i, c in enumerate(message.invalid_tool_calls)]  # fmt: skip
         return AIMessageChunk(
             content=content[len(self.sent) :],
             tool_call_chunks=calls,
-            response_metadata=meta,
+            response_metadata=dict(message.response_metadata),
             usage_metadata=message.usage_metadata,
             id=message.id,
             chunk_position="last",
         )
+
+    def _rest_by_block(self, message: AIMessage) -> list[dict[str, Any]]:
+        """The last chunk's calls, matched to the blocks of the text the stream was fed (every
+        token of the message is fed when any is: one writer writes it)."""
+        valid, invalid = iter(message.tool_calls), iter(message.invalid_tool_calls)
+        text = self.text(whole=True)
+        parsed = parse_calls(text)
+        if [(c["name"], c["arguments"]) for c in parsed.calls] != [
+            (c["name"], c["args"]) for c in message.tool_calls
+        ] or [c["text"] for c in parsed.invalid] != [c["args"] for c in message.invalid_tool_calls]:
+            raise RuntimeError("the streamed text's calls are not the message's")
+        out = []
+        for b, m in enumerate(_BLOCK.finditer(text)):
+            slot, ok = self._slot(b), "call" in self._slot(b)
+            if not ok:
+                try:
+                    _json_call(m.group(1).strip())
+                    ok = True
+                except ValueError:
+                    pass
+            c = next(valid) if ok else next(invalid)
+            if "call" in slot:
+                continue  # sent whole when its block closed
+            args = json.dumps(c["args"], ensure_ascii=False) if ok else c["args"]
+            first = not slot["named"]
+            out.append({"name": c["name"] if first else None, "id": slot["id"] if first else None,
+                        "args": args, "index": b, "type": "tool_call_chunk"})  # fmt: skip
+        return out
 
 
 def stream_message(

@@ -159,6 +159,14 @@ def _calls(message: AIMessage) -> list[dict[str, Any]]:
             for c in message.tool_calls]  # fmt: skip
 
 
+def _call_delta(c: Any) -> dict[str, Any]:
+    """A call's first delta names it (id, type, name); the next ones add to its arguments."""
+    if c["name"] is None:
+        return {"index": c["index"], "function": {"arguments": c["args"] or ""}}
+    return {"index": c["index"], "id": c["id"], "type": "function",
+            "function": {"name": c["name"], "arguments": c["args"] or ""}}  # fmt: skip
+
+
 def _usage(message: AIMessage) -> dict[str, int] | None:
     u = message.usage_metadata
     if not u:
@@ -195,11 +203,7 @@ class Reply:
         if piece.content:
             delta["content"] = piece.content
         if piece.tool_call_chunks:
-            delta["tool_calls"] = [
-                {"index": c["index"], "id": c["id"], "type": "function",
-                 "function": {"name": c["name"], "arguments": c["args"]}}
-                for c in piece.tool_call_chunks
-            ]  # fmt: skip
+            delta["tool_calls"] = [_call_delta(c) for c in piece.tool_call_chunks]
         last = piece.chunk_position == "last"
         out = {**self._head("chat.completion.chunk"), "choices": [{
             "index": 0, "delta": delta,
