@@ -7,7 +7,7 @@ order), and at every one of its calls the same input is replayed, interleaved:
 - `llama.cpp`: llama.cpp's server (`xllamacpp`, a child process) on the same Q4_K_M GGUF, one
   slot, `cache_prompt` on (the slot keeps the previous prompt's KV: what a CPU agent builder
   runs), fed the target's own prompt tokens and asked for exactly as many tokens as the target
-  wrote (`ignore_eos`);
+  wrote, its end-of-turn token included (`ignore_eos`);
 - `target-lookup` and `specguard-lossless`: the project's exact methods, each on its own prefix
   store over the same weights, given the same messages and tools; their message must equal
   the target's (content and calls).
@@ -67,8 +67,8 @@ def llama_caller(url: str):
 def replaying_model(target: Any, others: dict[str, Any], llama: Any, calls: list[dict]) -> Any:
     """The target alone as the agent's model; each of its calls is replayed on `others` and
     llama.cpp, and a row per call goes to `calls`."""
+    from specguard_graph.agents.chat_model import SPEC
     from specguard_graph.agents.plain import PlainChatModel
-    from specguard_graph.agents.spec import SPEC
 
     class Replaying(PlainChatModel):
         def _generate(self, messages, stop=None, run_manager=None, *, tools=(),
@@ -87,7 +87,9 @@ def replaying_model(target: Any, others: dict[str, Any], llama: Any, calls: list
                 row[f"{name} same"] = same_message(other.generations[0].message, msg)
             prompt = SPEC.render_prompt(self.question(messages, tools, tool_choice),
                                         self.lm.tokenizer)  # fmt: skip
-            row["llama.cpp"], row["llama_fed"] = llama(self.lm.encode(prompt), row["output"])
+            # the same tokens written: the target's, and its end-of-turn token unless it was cut
+            row["written"] = row["output"] + (msg.response_metadata["finish_reason"] != "length")
+            row["llama.cpp"], row["llama_fed"] = llama(self.lm.encode(prompt), row["written"])
             calls.append(row)
             print(f"    call {len(calls)}: {row['prompt']} tokens in, {row['output']} out; "
                   + ", ".join(f"{m} {row[m]:.1f} s" for m in METHODS), flush=True)  # fmt: skip

@@ -99,7 +99,7 @@ class MessageStream:
 
     def _slot(self, b: int) -> dict[str, Any]:
         if b == len(self.slots):
-            self.slots.append({"index": b, "id": _call_id(), "named": False, "closed": False})
+            self.slots.append({"id": _call_id(), "named": False, "closed": False})
         return self.slots[b]
 
     def _call_chunks(self, text: str) -> list[dict[str, Any]]:
@@ -163,16 +163,16 @@ class MessageStream:
             raise RuntimeError("the streamed text's calls are not the message's")
         out = []
         for b, m in enumerate(_BLOCK.finditer(text)):
-            slot, ok = self._slot(b), "call" in self._slot(b)
-            if not ok:
-                try:
-                    _json_call(m.group(1).strip())
-                    ok = True
-                except ValueError:
-                    pass
+            slot = self._slot(b)
+            if "call" in slot:  # sent when its block closed
+                next(valid)
+                continue
+            try:
+                _json_call(m.group(1).strip())
+                ok = True
+            except ValueError:
+                ok = False
             c = next(valid) if ok else next(invalid)
-            if "call" in slot:
-                continue  # sent whole when its block closed
             args = json.dumps(c["args"], ensure_ascii=False) if ok else c["args"]
             first = not slot["named"]
             out.append({"name": c["name"] if first else None, "id": slot["id"] if first else None,
