@@ -60,7 +60,7 @@ def test_a_row_is_the_same_bits_alone_in_any_batch_at_any_thread_count(fmt):
         torch.set_num_threads(2)
         whole = layer(x)
         # every register tile (1-4 rows) and its remainders; AMX's tiles of 16 rows, where it runs
-        for size in (1, 2, 3, 5, 16, 17):
+        for size in (1, 2, 3, 4, 5, 6, 7, 13, 16, 17):
             parts = torch.cat([layer(x[i : i + size]) for i in range(0, 40, size)])
             assert torch.equal(parts, whole), f"{FORMATS[fmt]}, batches of {size}"
         torch.set_num_threads(1)
@@ -76,7 +76,7 @@ def test_every_copy_of_the_kernel_gives_the_avx2_copys_bits(fmt):
     best = layer._kernel.block_isa()
     if best == 0:
         pytest.skip("this CPU has no AVX-512 VNNI: every call would run the AVX2 copy")
-    for rows in (1, 3, 4, 9, 16, 17, 33):
+    for rows in (1, 3, 4, 5, 6, 7, 9, 16, 17, 33):
         x = activations(rows, K[fmt], seed=rows)
         ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
         for isa in range(1, best + 1):
@@ -94,7 +94,7 @@ def test_the_copies_agree_where_several_rows_meet_a_panel_in_k_slices(fmt):
     best = layer._kernel.block_isa()
     if best == 0:
         pytest.skip("this CPU has no AVX-512 VNNI: every call would run the AVX2 copy")
-    for rows in (2, 4, 5, 15):
+    for rows in (2, 4, 5, 6, 11, 15):
         x = activations(rows, k, seed=rows)
         ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
         for isa in range(1, best + 1):
