@@ -118,15 +118,26 @@ def _bare_calls(text: str) -> list[dict[str, Any]] | None:
         return None
 
 
+def json_blocks(text: str) -> list[tuple[re.Match[str], dict[str, Any] | None, str | None]]:
+    """Each `<tool_call>` block in order: its match, and its call or why it is invalid (a
+    stream matches the blocks it sent to the message's calls by this order)."""
+    out: list[tuple[re.Match[str], dict[str, Any] | None, str | None]] = []
+    for m in _BLOCK.finditer(text):
+        try:
+            out.append((m, _json_call(m.group(1).strip()), None))
+        except ValueError as e:  # json.JSONDecodeError is one
+            out.append((m, None, str(e)))
+    return out
+
+
 def parse_json_calls(text: str) -> ParsedMessage:
     if "<tool_call>" not in text and (bare := _bare_calls(text)) is not None:
         return ParsedMessage("", bare)
-    calls, invalid = [], []
-    for m in _BLOCK.finditer(text):
-        try:
-            calls.append(_json_call(m.group(1).strip()))
-        except (ValueError, json.JSONDecodeError) as e:  # the block as written, tags and all
-            invalid.append({"text": m.group(0), "error": str(e), "name": written_name(m.group(1))})
+    blocks = json_blocks(text)
+    calls = [call for _, call, _ in blocks if call is not None]
+    # an invalid call is its block as written, tags and all
+    invalid = [{"text": m.group(0), "error": error, "name": written_name(m.group(1))}
+               for m, call, error in blocks if call is None]  # fmt: skip
     return ParsedMessage(_BLOCK.sub("", text).strip(), calls, invalid)
 
 

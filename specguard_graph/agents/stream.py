@@ -38,7 +38,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 
 from ..models import tokens
-from .calls import _BLOCK, _LOOKS_LIKE_CALL, _json_call, parse_calls, written_name
+from .calls import _BLOCK, _LOOKS_LIKE_CALL, _json_call, json_blocks, written_name
 from .messages import _call_id
 
 _TAG = "<tool_call>"
@@ -154,26 +154,20 @@ class MessageStream:
     def _rest_by_block(self, message: AIMessage) -> list[dict[str, Any]]:
         """The last chunk's calls, matched to the blocks of the text the stream was fed (every
         token of the message is fed when any is: one writer writes it)."""
-        valid, invalid = iter(message.tool_calls), iter(message.invalid_tool_calls)
-        text = self.text(whole=True)
-        parsed = parse_calls(text)
-        if [(c["name"], c["arguments"]) for c in parsed.calls] != [
+        blocks = json_blocks(self.text(whole=True))
+        if [(c["name"], c["arguments"]) for _, c, _ in blocks if c is not None] != [
             (c["name"], c["args"]) for c in message.tool_calls
-        ] or [c["text"] for c in parsed.invalid] != [c["args"] for c in message.invalid_tool_calls]:
+        ] or [m.group(0) for m, c, _ in blocks if c is None] != [
+            c["args"] for c in message.invalid_tool_calls
+        ]:
             raise RuntimeError("the streamed text's calls are not the message's")
+        valid, invalid = iter(message.tool_calls), iter(message.invalid_tool_calls)
         out = []
-        for b, m in enumerate(_BLOCK.finditer(text)):
-            slot = self._slot(b)
-            if "call" in slot:  # sent when its block closed
-                next(valid)
-                continue
-            try:
-                _json_call(m.group(1).strip())
-                ok = True
-            except ValueError:
-                ok = False
-            c = next(valid) if ok else next(invalid)
-            args = json.dumps(c["args"], ensure_ascii=False) if ok else c["args"]
+        for b, (_, call, _) in enumerate(blocks):
+            slot, c = self._slot(b), next(valid) if call is not None else next(invalid)
+            if "call" in slot:
+                continue  # sent when its block closed
+            args = json.dumps(c["args"], ensure_ascii=False) if call is not None else c["args"]
             first = not slot["named"]
             out.append({"name": c["name"] if first else None, "id": slot["id"] if first else None,
                         "args": args, "index": b, "type": "tool_call_chunk"})  # fmt: skip
