@@ -70,6 +70,31 @@ def test_a_row_is_the_same_bits_alone_in_any_batch_at_any_thread_count(fmt):
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_int8_activations_are_the_int16_products_of_the_int8_values_on_every_copy(fmt):
+    """bits=8: from 8 rows on the products run in quads (block_quads.inc), fewer run the int16
+    code; bits=-8 is the int16 code on the same int8 values. Equal bits at every row count,
+    copy and slice split (2,304 inputs: two k slices; 44 outputs: an odd and a part panel)."""
+    k = 2304 if fmt in (8, 6) else 2560
+    layer = BlockLinear(random_blocks(fmt, 44, k, seed=9), fmt, k)
+    mm = layer._kernel.block_mm
+    for rows in (1, 4, 7, 8, 9, 13, 16, 17, 33):
+        x = activations(rows, k, seed=rows)
+        ref = mm(x, layer.panels, fmt, 44, 0, -8)
+        for isa in range(layer._kernel.block_isa() + 1):
+            got = mm(x, layer.panels, fmt, 44, isa, 8)
+            assert torch.equal(got, ref), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
+        alone = torch.cat([mm(x[i : i + 1], layer.panels, fmt, 44, -1, 8) for i in range(rows)])
+        assert torch.equal(alone, ref), f"{FORMATS[fmt]}, {rows} rows against one by one"
+    # int8 is a coarser rounding of the same matmul, not another one: the outlier channel's
+    # groups keep their other values to 1/127 of it
+    x = activations(6, k)
+    exact = x.double() @ layer.dequantized().double().T
+    err = [(mm(x, layer.panels, fmt, 44, -1, b).double() - exact).abs().max() / exact.abs().max()
+           for b in (16, 8)]  # fmt: skip
+    assert err[0] < err[1] < 5e-2, f"{FORMATS[fmt]}: relative errors int16, int8 {err}"
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_every_copy_of_the_kernel_gives_the_avx2_copys_bits(fmt):
     """AVX2, AVX-512 VNNI and AMX (from 16 rows on; 17 and 33 end with a one-row tile)."""
     layer = BlockLinear(random_blocks(fmt, 44, K[fmt], seed=5), fmt, K[fmt])  # a part panel too
@@ -78,7 +103,9 @@ def test_every_copy_of_the_kernel_gives_the_avx2_copys_bits(fmt):
         pytest.skip("this CPU has no AVX-512 VNNI: every call would run the AVX2 copy")
     for rows in (1, 3, 4, 5, 6, 7, 9, 16, 17, 33):
         x = activations(rows, K[fmt], seed=rows)
-        ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
+        ours = [
+            layer._kernel.block_mm(x, layer.panels, fmt, 44, isa, 16) for isa in range(best + 1)
+        ]
         for isa in range(1, best + 1):
             assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
 
@@ -96,10 +123,12 @@ def test_the_copies_agree_where_several_rows_meet_a_panel_in_k_slices(fmt):
         pytest.skip("this CPU has no AVX-512 VNNI: every call would run the AVX2 copy")
     for rows in (2, 4, 5, 6, 11, 15):
         x = activations(rows, k, seed=rows)
-        ours = [layer._kernel.block_mm(x, layer.panels, fmt, 44, isa) for isa in range(best + 1)]
+        ours = [
+            layer._kernel.block_mm(x, layer.panels, fmt, 44, isa, 16) for isa in range(best + 1)
+        ]
         for isa in range(1, best + 1):
             assert torch.equal(ours[0], ours[isa]), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
-        alone = torch.cat([layer._kernel.block_mm(x[i : i + 1], layer.panels, fmt, 44, best)
+        alone = torch.cat([layer._kernel.block_mm(x[i : i + 1], layer.panels, fmt, 44, best, 16)
                            for i in range(rows)])  # fmt: skip
         assert torch.equal(alone, ours[best]), f"{FORMATS[fmt]}, {rows} rows against one by one"
 
@@ -131,7 +160,7 @@ def test_activations_round_to_int16_by_the_documented_formula_bit_for_bit():
     want = torch.from_numpy((q.astype(np.float32) * dx).reshape(20, k))
     assert q[2, 0, :4].tolist() == [-16, -14, -14, -12]  # x / dx = -15.5, -14.5, ...: to even
     for isa in range(layer._kernel.block_isa() + 1):
-        got = layer._kernel.block_mm(torch.from_numpy(x), layer.panels, 8, k, isa)
+        got = layer._kernel.block_mm(torch.from_numpy(x), layer.panels, 8, k, isa, 16)
         assert torch.equal(got.view(torch.int32), want.view(torch.int32)), f"copy {isa}"
 
 
@@ -172,6 +201,8 @@ def test_blocks_that_do_not_fit_are_refused_with_what_is_wrong():
         BlockLinear(blocks, 2, 512)
     with pytest.raises(ValueError, match="uint8"):
         BlockLinear(blocks.float(), 12, 512)
+    with pytest.raises(ValueError, match="act must be 16 or 8"):
+        BlockLinear(blocks, 12, 512, act=4)
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +227,16 @@ def test_the_draft_reads_every_linear_from_its_gguf_blocks(draft_gguf, draft_fp3
     assert torch.equal(ours, draft_fp32.model.layers[1].self_attn.v_proj.weight.detach())
 
 
-def test_the_draft_in_gguf_scores_a_token_the_same_however_it_is_fed(draft_gguf):
-    lm = draft_gguf
+@pytest.fixture(scope="module")
+def draft_gguf_a8():
+    return load_lm("draft", quantize="gguf-a8")
+
+
+@pytest.mark.parametrize("fixture", ["draft_gguf", "draft_gguf_a8"])
+def test_the_draft_in_gguf_scores_a_token_the_same_however_it_is_fed(fixture, request):
+    """gguf-a8: a forward of 8 rows or more meets the weights in int8 quads, fewer rows run the
+    int16 code on the same int8 values; the bits may not tell them apart."""
+    lm = request.getfixturevalue(fixture)
     ids = lm.encode("Natalia sold clips to 48 of her friends in April, and half as many in May.")
     others = [lm.encode("How many clips did Natalia sell?"), lm.encode("48 / 2 = 24.")]
     one, _ = feed(lm.model, [ids * 2], "one forward")
@@ -270,3 +309,15 @@ def test_a_file_with_block_types_the_kernel_does_not_read_warns_once(tmp_path):
 
     first_int8 = nn.Sequential(layers[1].mlp.down_proj, layers[0].mlp.down_proj)
     assert weights(SimpleNamespace(model=first_int8), SimpleNamespace(model=model)) == "gguf/gguf"
+
+
+def test_gguf_a8_rounds_activations_to_int8_and_keys_its_own_prefixes(draft_gguf, draft_gguf_a8):
+    from specguard_graph.models.local.prefix_store.disk import fingerprint
+
+    blocks = [m for m in draft_gguf_a8.model.modules() if isinstance(m, BlockLinear)]
+    assert blocks and {m.act for m in blocks} == {8}
+    ids = draft_gguf.encode("Natalia sold clips to 48 of her friends in April.")
+    a16, _ = feed(draft_gguf.model, [ids], "one forward")
+    a8, _ = feed(draft_gguf_a8.model, [ids], "one forward")
+    assert not torch.equal(a16, a8)  # another rounding, so never the other format's KV
+    assert fingerprint(draft_gguf.model) != fingerprint(draft_gguf_a8.model)

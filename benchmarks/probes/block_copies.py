@@ -4,17 +4,21 @@ The copies (AVX2, AVX-512 VNNI, AMX-INT8; `kernels/block_gemm.cpp`) give the sam
 which one runs a call is a matter of speed only, and this probe is where `kAmxMinRows` (the rows
 from which the AMX copy runs) comes from. Each layer is one of the target's shapes with random
 blocks of its format; for each row count every copy this CPU runs is timed on the same input,
-interleaved, median of `--repeats`, and the outputs are checked to be equal.
+interleaved, median of `--repeats`, and the outputs are checked to be equal. `--bits 16 8` times
+each copy with int16 and with int8 activations (each int8 output also checked equal to the int8
+values through the int16 products, `bits=-8`).
 
     .venv/bin/python benchmarks/probes/block_copies.py --rows 1 4 8 16 64 256
+    .venv/bin/python benchmarks/probes/block_copies.py --rows 1 4 16 256 --bits 16 8
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from functools import partial
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # random_blocks
 from copies import load_kernel, median_ms
@@ -32,19 +36,33 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16, 64, 256])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bits", type=int, nargs="+", default=[16], choices=[16, 8],
+                    help="activation bits to time each copy with")  # fmt: skip
     args = ap.parse_args()
     kernel = load_kernel(args.threads)
     copies = range(kernel.block_isa() + 1)
+    variants = [(c, b) for b in args.bits for c in copies]  # (copy, activation bits)
     print(f"{describe()}; block kernel copies: {', '.join(NAMES[c] for c in copies)}; "
           f"ms per call, median of {args.repeats}\n")  # fmt: skip
-    print("| layer | format | rows | " + " | ".join(f"{NAMES[c]} ms" for c in copies) + " |")
-    print("|---|---|---|" + "---|" * len(copies))
+    heads = [f"{NAMES[c]}{'' if args.bits == [16] else f' int{b}'} ms" for c, b in variants]
+    print("| layer | format | rows | " + " | ".join(heads) + " |")
+    print("|---|---|---|" + "---|" * len(variants))
     for fmt, n, k, what in LAYERS:
         layer = BlockLinear(random_blocks(fmt, n, k), fmt, k)
         for rows in args.rows:
             x = activations(rows, k)
-            mm = partial(kernel.block_mm, x, layer.panels, fmt, n)  # mm(copy)
-            med = median_ms(mm, copies, args.repeats, f"{FORMATS[fmt]} at {rows} rows")
+            for b in args.bits:  # int8's products are the int16 products of the int8 values
+                ref = kernel.block_mm(x, layer.panels, fmt, n, 0, -8 if b == 8 else b)
+                for c in copies:
+                    if not torch.equal(kernel.block_mm(x, layer.panels, fmt, n, c, b), ref):
+                        raise SystemExit(f"{FORMATS[fmt]} at {rows} rows: {NAMES[c]} int{b} "
+                                         "differs")  # fmt: skip
+
+            def mm(v: int, x=x, w=layer.panels, fmt=fmt, n=n) -> torch.Tensor:
+                return kernel.block_mm(x, w, fmt, n, *variants[v])
+
+            med = median_ms(mm, range(len(variants)), args.repeats, f"{FORMATS[fmt]} at {rows}",
+                            compare=False)  # fmt: skip
             cells = " | ".join(f"{m:.2f}" for m in med)
             print(f"| {what} {n}×{k} | {FORMATS[fmt]} | {rows} | {cells} |", flush=True)
 

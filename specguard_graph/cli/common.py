@@ -54,6 +54,7 @@ class Quantize(StrEnum):
     int8x2 = "int8x2"
     gguf = "gguf"
     gguf_target = "gguf-target"
+    gguf_a8 = "gguf-a8"
     none = "none"
     dynamic_int8 = "dynamic-int8"
 
@@ -82,8 +83,9 @@ QuantizeOpt = Annotated[
         "--quantize",
         help="CPU weight format: auto ($SPECGUARD_QUANTIZE, else gguf where the model has GGUF "
         "blocks, else int8) | int8 (weight-only, per channel) | int8x2 (int8 + int8 residual: "
-        "~bf16 precision, 2x the bytes) | gguf (the GGUF's own blocks) | gguf-target (target on "
-        "its blocks, draft int8) | none (float32) | dynamic-int8 (batch-dependent, unfaithful; "
+        "~bf16 precision, 2x the bytes) | gguf (the GGUF's own blocks) | gguf-a8 (gguf with int8 "
+        "activations: faster prefill, less faithful) | gguf-target (target on its blocks, draft "
+        "int8) | none (float32) | dynamic-int8 (batch-dependent, unfaithful; "
         "opt-in only)",
     ),
 ]

@@ -45,6 +45,7 @@ INCLUDES = tuple(  # read by block_gemm.cpp and attention.cpp
     for f in (
         "block_panels.inc",
         "block_wide.inc",
+        "block_quads.inc",
         "block_amx.inc",
         "attention_plain.inc",
         "attention_row.inc",

@@ -120,9 +120,9 @@ def _proj(lin: nn.Module) -> tuple[list[torch.Tensor], list[int]] | None:
     """A projection as the C++ glue takes it, where it runs one of the project's kernels."""
     bias = _NONE if lin.bias is None else lin.bias
     if type(lin) is BlockLinear:
-        return [lin.panels, _NONE, bias], [lin.fmt, lin.out_features, lin.isa]
+        return [lin.panels, _NONE, bias], [lin.fmt, lin.out_features, lin.isa, lin.act]
     if type(lin) is Int8WeightOnlyLinear and lin._direct:
-        return [lin.weight_blocks, lin.scale32, bias], [-1, lin.out_features, 0]
+        return [lin.weight_blocks, lin.scale32, bias], [-1, lin.out_features, 0, 0]
     return None
 
 

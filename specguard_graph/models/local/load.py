@@ -50,8 +50,8 @@ def read(
         raise ModelLoadError(f"cannot load model from {path}: {detail}") from None
     model.to(device)
     try:
-        if quantize == "gguf":
-            model = _blocks(model, path, device)
+        if quantize in ("gguf", "gguf-a8"):
+            model = _blocks(model, path, device, quantize)
         else:
             model = numerics.apply(model, quantize, device)
     except ValueError as exc:
@@ -59,13 +59,13 @@ def read(
     return model, fix_tokenizer(tokenizer)
 
 
-def _blocks(model: Any, path: Path, device: str) -> Any:
+def _blocks(model: Any, path: Path, device: str, quantize: str) -> Any:
     from .blocks import gguf_source, quantize_gguf
 
     if not device.startswith("cpu"):
-        raise ValueError(f"gguf is a CPU weight format (device is {device})")
+        raise ValueError(f"{quantize} is a CPU weight format (device is {device})")
     source = gguf_source(path)
     if source is None:
-        raise ValueError(f"quantize='gguf' needs a .gguf file or an installed default model; "
-                         f"{path} has no GGUF source")  # fmt: skip
-    return quantize_gguf(model, source)
+        raise ValueError(f"quantize={quantize!r} needs a .gguf file or an installed default "
+                         f"model; {path} has no GGUF source")  # fmt: skip
+    return quantize_gguf(model, source, act=8 if quantize == "gguf-a8" else 16)

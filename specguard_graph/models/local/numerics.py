@@ -18,15 +18,15 @@ the time (`benchmarks/fidelity.py`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import nn
 
 from . import int8_kernel
 
-Quantize = Literal["auto", "none", "int8", "int8x2", "gguf", "dynamic-int8"]
-QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "none", "int8", "int8x2", "gguf", "dynamic-int8")
+Quantize = Literal["auto", "none", "int8", "int8x2", "gguf", "gguf-a8", "dynamic-int8"]
+QUANTIZE_CHOICES: tuple[str, ...] = get_args(Quantize)
 
 
 ROUND_ACTIVATIONS = False
@@ -225,8 +225,8 @@ def apply(model: nn.Module, quantize: str, device: str) -> nn.Module:
         "int8x2": quantize_int8x2,
         "dynamic-int8": quantize_dynamic_int8,
     }
-    if quantize == "gguf":
-        raise ValueError("gguf reads the model's GGUF file: load the model with it (load.read)")
+    if quantize in ("gguf", "gguf-a8"):
+        raise ValueError(f"{quantize} reads the model's GGUF file: load the model with it")
     if quantize not in formats:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}")
     if not device.startswith("cpu"):

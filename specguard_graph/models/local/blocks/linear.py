@@ -38,6 +38,9 @@ def kernel_copy(isa: int) -> Iterator[None]:
         _COPY.reset(token)
 
 
+ACTIVATIONS = (16, 8)  # bits an activation is rounded to; 8 is `quantize="gguf-a8"`
+
+
 class BlockLinear(int8_kernel.UsesKernel, nn.Module):
     """A Linear whose weight is a GGUF tensor's blocks, eight outputs interleaved
     (`panels.py`); row-invariant by construction (`kernels/block_gemm.cpp`)."""
@@ -45,9 +48,13 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
     row_invariant = True
 
     def __init__(self, blocks: torch.Tensor | panels.Codes, fmt: int, in_features: int,
-                 bias: torch.Tensor | None = None):  # fmt: skip
-        """`blocks`: the GGUF tensor's rows of blocks ([out, row bytes] uint8), or their codes."""
+                 bias: torch.Tensor | None = None, act: int = 16):  # fmt: skip
+        """`blocks`: the GGUF tensor's rows of blocks ([out, row bytes] uint8), or their codes;
+        `act`: the bits each activation is rounded to (16, or 8 as llama.cpp does: faster
+        products, less agreement with float32; docs/numerics.md)."""
         super().__init__()
+        if act not in ACTIVATIONS:
+            raise ValueError(f"act must be 16 or 8 (activation bits), got {act}")
         if fmt not in FORMATS:
             raise ValueError(f"fmt must be one of {', '.join(FORMATS.values())} (ggml ids "
                              f"{sorted(FORMATS)}), got {fmt}")  # fmt: skip
@@ -67,14 +74,16 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
                 raise ValueError(f"blocks hold {blocks.shape[1]} bytes per row; {FORMATS[fmt]} "
                                  f"at in_features={in_features} takes {need}")  # fmt: skip
             codes = panels.codes(fmt, blocks.numpy())
-        self._kernel, self.fmt, self.isa = kernel, fmt, _COPY.get()
+        self._kernel, self.fmt, self.isa, self.act = kernel, fmt, _COPY.get(), act
         self.in_features, self.out_features = in_features, codes.q.shape[0]
         self.register_buffer("panels", torch.from_numpy(panels.to_panels(codes)))
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        y = self._kernel.block_mm(rows.float(), self.panels, self.fmt, self.out_features, self.isa)
+        y = self._kernel.block_mm(
+            rows.float(), self.panels, self.fmt, self.out_features, self.isa, self.act
+        )
         y = y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         return y if self.bias is None else y + self.bias
 
@@ -82,16 +91,17 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
     def stack(cls, parts: list[BlockLinear]) -> BlockLinear:
         """One layer whose outputs are `parts`' outputs in order, each the same sum as in its
         part; the parts then read their rows of its panels (views: no second copy)."""
-        if len({(p.fmt, p.isa, p.in_features, p.bias is None) for p in parts}) > 1:
-            raise ValueError("stacked parts need one block type, copy, width and bias use")
+        if len({(p.fmt, p.isa, p.act, p.in_features, p.bias is None) for p in parts}) > 1:
+            raise ValueError("stacked parts need one block type, copy, activations, width and "
+                             "bias use")  # fmt: skip
         if any(p.out_features % panels.LANES for p in parts):
             raise ValueError(f"stacked parts need whole panels ({panels.LANES} outputs each)")
         rows = torch.cat([p.panels for p in parts])
         out = cls.__new__(cls)
         nn.Module.__init__(out)
         first = parts[0]
-        out._kernel, out.fmt, out.isa, out.in_features = (first._kernel, first.fmt, first.isa,
-                                                          first.in_features)  # fmt: skip
+        out._kernel, out.fmt, out.isa, out.act = first._kernel, first.fmt, first.isa, first.act
+        out.in_features = first.in_features
         out.out_features = sum(p.out_features for p in parts)
         out.register_buffer("panels", rows)
         out.bias = None
@@ -110,7 +120,8 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
     def rows(self, ids: torch.Tensor) -> BlockLinear:
         """This layer restricted to the output channels `ids`: each kept output is the same sum."""
         bias = None if self.bias is None else self.bias[ids]
-        kept = BlockLinear(self.codes().take(ids.numpy()), self.fmt, self.in_features, bias)
+        kept = BlockLinear(self.codes().take(ids.numpy()), self.fmt, self.in_features, bias,
+                           self.act)  # fmt: skip
         kept.isa = self.isa
         return kept
 
@@ -120,13 +131,14 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"{FORMATS[self.fmt]} blocks, specguard kernel")  # fmt: skip
+                f"{FORMATS[self.fmt]} blocks, int{self.act} activations")  # fmt: skip
 
 
-def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
+def quantize_gguf(model: nn.Module, path: Path, act: int = 16) -> nn.Module:
     """Replace every Linear whose GGUF tensor (in `path`) is in a kernel format with a
-    `BlockLinear`, in place; any other Linear gets int8 (with a warning naming it). A fused
-    MLP's gate and up (`numerics.GatedMLP`) are their two tensors' rows, stacked."""
+    `BlockLinear` rounding its activations to `act` bits, in place; any other Linear gets int8
+    (with a warning naming it). A fused MLP's gate and up (`numerics.GatedMLP`) are their two
+    tensors' rows, stacked."""
     tensors = Tensors(path)
     head = "output.weight" if tensors.get("output.weight") is not None else "token_embd.weight"
     unread: Counter[str] = Counter()  # why a Linear got int8 -> how many did
@@ -155,7 +167,7 @@ def quantize_gguf(model: nn.Module, path: Path) -> nn.Module:
             unread["gate and up of two types"] += 2
             return numerics.Int8WeightOnlyLinear(lin)
         rows = torch.from_numpy(np.concatenate([data for _, data in found]))  # a copy
-        return BlockLinear(rows, found[0][0], lin.in_features, lin.bias)
+        return BlockLinear(rows, found[0][0], lin.in_features, lin.bias, act)
 
     model = numerics.replace_linears(model, make)
     if unread:  # one line for the model, not one per layer (a Q5_K_M file has ~100 of them)

@@ -53,6 +53,12 @@ constexpr int64_t kChunkBytes = 1 << 17;  // panels kept in cache while the row 
 constexpr int64_t kAhead = SPECGUARD_AHEAD;
 constexpr int64_t kMaxChunk = 32;         // panels per chunk, at most
 constexpr int64_t kSliceWeights = 2048;  // k per slice when several rows meet a panel
+// int8 activations meet quads from this many rows; a macro, so that a probe can build the kernel
+// at other thresholds (the sums are the same either way)
+#ifndef SPECGUARD_QUAD_ROWS
+#define SPECGUARD_QUAD_ROWS 8
+#endif
+constexpr int64_t kQuadRows = SPECGUARD_QUAD_ROWS;
 constexpr int64_t kAmxMinRows = 16;      // fewer rows run the panel code where AMX runs
 
 struct Layout {
@@ -78,6 +84,7 @@ struct Act {
   const float* d;
   const float* s;
   const int32_t* h;
+  const int8_t* b;  // int8 activations: the same values as bytes (else null)
 };
 
 // Memory each thread keeps from call to call, grown to the largest call it has seen (not
@@ -146,10 +153,10 @@ inline int32_t hsum(__m256i v) {  // eight int32 -> their sum (integers: any ord
 // Vectorised, yet the same bits as that formula taken element by element: max is exact, and
 // IEEE division and rounding give each lane what the scalar operation gives it. A NaN element
 // counts as 0 in the max and rounds to -32767 (`tests/test_blocks.py` pins all of it).
-void quantize_row(const float* x, int64_t K, int16_t* q, float* d, float* s, int32_t* h,
-                  int8_t* hi, uint8_t* lo) {
-  const __m256 sign = _mm256_set1_ps(-0.0f), top = _mm256_set1_ps(32767.0f),
-               bottom = _mm256_set1_ps(-32767.0f);
+void quantize_row(const float* x, int64_t K, float levels, int16_t* q, float* d, float* s,
+                  int32_t* h, int8_t* hi, uint8_t* lo, int8_t* b) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), top = _mm256_set1_ps(levels),
+               bottom = _mm256_set1_ps(-levels);
   for (int64_t g = 0; g < K / kGroup; ++g) {
     const float* xg = x + g * kGroup;
     __m256 v[4], m = _mm256_setzero_ps();
@@ -159,7 +166,7 @@ void quantize_row(const float* x, int64_t K, int16_t* q, float* d, float* s, int
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float dx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))) / 32767.0f;
+    const float dx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))) / levels;
     __m256i iv[4];
     for (int i = 0; i < 4; ++i) {
       __m256 r = _mm256_setzero_ps();
@@ -180,6 +187,10 @@ void quantize_row(const float* x, int64_t K, int16_t* q, float* d, float* s, int
     if (q) {
       _mm256_storeu_si256((__m256i*)(q + g * kGroup), q0);
       _mm256_storeu_si256((__m256i*)(q + g * kGroup + 16), q1);
+    }
+    if (b) {  // |q| <= 127 here: the same values as bytes, in order
+      const __m256i b8 = _mm256_permute4x64_epi64(_mm256_packs_epi16(q0, q1), 0xD8);
+      _mm256_storeu_si256((__m256i*)(b + g * kGroup), b8);
     }
     if (hi) {  // x = 256 * hi + lo, exactly: hi the signed high byte, lo the unsigned low one
       const __m256i ff = _mm256_set1_epi16(255);
@@ -224,9 +235,14 @@ int64_t block_isa() {
 // x [M, K] float32, w [ceil(N / 8), 8 * row bytes] uint8 (`blocks/panels.py`), fmt a ggml type
 // id -> y [M, N] float32. isa: -1 the best copy (`block_isa`), else that copy (the same bits;
 // tests compare them).
-torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N, int64_t isa) {
+torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N, int64_t isa,
+                       int64_t bits) {
   static const int64_t best = block_isa();
   TORCH_CHECK(isa <= best, "block_mm: isa=", isa, " is not run here (best: ", best, ")");
+  // bits -8: int8 values through the int16 products, the reference the tests hold 8 to
+  TORCH_CHECK(bits == 16 || bits == 8 || bits == -8, "block_mm: activation bits=", bits,
+              " must be 16 or 8");
+  const float levels = bits == 16 ? 32767.0f : 127.0f;
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32,
               "block_mm: x must be 2-D float32");
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kUInt8 && w.is_contiguous(),
@@ -246,6 +262,7 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   int16_t* xq = scratch<int16_t, 0>(tiles ? 0 : M * K);
   int8_t* xhi = scratch<int8_t, 0>(tiles ? M * K : 0);
   uint8_t* xlo = scratch<uint8_t, 0>(tiles ? M * K : 0);
+  int8_t* xb = scratch<int8_t, 1>(bits == 8 && !tiles ? M * K : 0);
   float* xd = scratch<float, 0>(M * G);
   float* xs = scratch<float, 1>(M * G);
   int32_t* xh = scratch<int32_t, 0>(2 * M * G);
@@ -253,11 +270,13 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   const float* xp = x.data_ptr<float>();
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m)
-      quantize_row(xp + m * K, K, tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G],
-                   &xh[2 * m * G], tiles ? &xhi[m * K] : nullptr, tiles ? &xlo[m * K] : nullptr);
+      quantize_row(xp + m * K, K, levels, tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G],
+                   &xh[2 * m * G], tiles ? &xhi[m * K] : nullptr, tiles ? &xlo[m * K] : nullptr,
+                   bits == 8 && !tiles ? &xb[m * K] : nullptr);
   });
   for (int64_t m = 0; m < M; ++m)
-    act[m] = {tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G]};
+    act[m] = {tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G],
+              bits == 8 && !tiles ? &xb[m * K] : nullptr};
   auto y = torch::empty({M, N}, x.options());
   const uint8_t* wp = w.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
@@ -266,9 +285,9 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
     if (tiles)
       amx::run_amx(fmt, wp, pb, blocks, act, xhi, xlo, K, M, yp, N, p0, p1);
     else if (use >= 1)
-      vnni::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1);
+      vnni::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1, bits == 8);
     else
-      avx2::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1);
+      avx2::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1, bits == 8);
   });
   return y;
 }

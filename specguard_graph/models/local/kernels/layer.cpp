@@ -6,16 +6,16 @@
 // draft). The cache update and the attention stay in Python, so the attention capture and the
 // growing cache work as before.
 //
-// A projection is three tensors and three integers: (weight, int8 scale or empty, bias or
-// empty) and (fmt, N, isa), fmt -1 for the int8 kernel (`mm`), else a GGUF block type for
-// `block_mm`. An empty tensor means absent (a bias never has zero elements).
+// A projection is three tensors and four integers: (weight, int8 scale or empty, bias or
+// empty) and (fmt, N, isa, activation bits), fmt -1 for the int8 kernel (`mm`), else a GGUF
+// block type for `block_mm`. An empty tensor means absent (a bias never has zero elements).
 #include <torch/extension.h>
 
 #include <vector>
 
 torch::Tensor mm(torch::Tensor x, torch::Tensor blocks, torch::Tensor scale);  // int8_gemm.cpp
-torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
-                       int64_t isa);  // block_gemm.cpp
+torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N, int64_t isa,
+                       int64_t act);  // block_gemm.cpp
 
 namespace {
 
@@ -25,20 +25,22 @@ struct Proj {
   const torch::Tensor& w;
   const torch::Tensor& scale;
   const torch::Tensor& bias;
-  int64_t fmt, n, isa;
+  int64_t fmt, n, isa, act;
 };
 
-// the projection at t[ti:ti+3], i[ii:ii+3] (the callers check the arguments' counts)
+constexpr int64_t kInts = 4;  // a projection's integers
+
+// the projection at t[ti:ti+3], i[ii:ii+kInts] (the callers check the arguments' counts)
 Proj proj(const std::vector<torch::Tensor>& t, int64_t ti, const std::vector<int64_t>& i,
           int64_t ii) {
-  return {t[ti], t[ti + 1], t[ti + 2], i[ii], i[ii + 1], i[ii + 2]};
+  return {t[ti], t[ti + 1], t[ti + 2], i[ii], i[ii + 1], i[ii + 2], i[ii + 3]};
 }
 
 // `Int8WeightOnlyLinear.forward` (its direct path) or `BlockLinear.forward`
 torch::Tensor linear(const torch::Tensor& x, const Proj& p) {
   auto sizes = x.sizes().vec();
   const auto rows = x.reshape({-1, sizes.back()});
-  auto y = p.fmt == kInt8 ? mm(rows, p.w, p.scale) : block_mm(rows, p.w, p.fmt, p.n, p.isa);
+  auto y = p.fmt == kInt8 ? mm(rows, p.w, p.scale) : block_mm(rows, p.w, p.fmt, p.n, p.isa, p.act);
   sizes.back() = p.n;
   y = y.view(sizes);
   return p.bias.numel() ? y + p.bias : y;
@@ -69,7 +71,7 @@ std::vector<torch::Tensor> layer_pre(torch::Tensor h, torch::Tensor cos, torch::
   TORCH_CHECK(h.scalar_type() == torch::kFloat32 && h.dim() == 3, "layer_pre: h [b, T, H] float32");
   TORCH_CHECK(i.size() >= 4 && i[3] >= 1 && i[3] <= 3, "layer_pre: parts must be 1, 2 or 3");
   const int64_t head_dim = i[0], nq = i[1], nk = i[2], parts = i[3];
-  TORCH_CHECK(t.size() == 1 + 3 * (4 - parts) && i.size() == 4 + 3 * (4 - parts),
+  TORCH_CHECK(t.size() == 1 + 3 * (4 - parts) && i.size() == 4 + kInts * (4 - parts),
               "layer_pre: ", 4 - parts, " projections need ", 1 + 3 * (4 - parts), " tensors");
   const auto x = rms(h, t[0], eps);
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
@@ -77,7 +79,7 @@ std::vector<torch::Tensor> layer_pre(torch::Tensor h, torch::Tensor cos, torch::
   shape.push_back(head_dim);
   const auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);
   const auto heads = [&](int64_t k) {
-    return linear(x, proj(t, 1 + 3 * k, i, 4 + 3 * k)).view(shape).transpose(1, 2);
+    return linear(x, proj(t, 1 + 3 * k, i, 4 + kInts * k)).view(shape).transpose(1, 2);
   };
   const auto first = heads(0);
   if (parts == 1) return {rope(first, c, s), rope(heads(1), c, s), heads(2)};
@@ -91,13 +93,15 @@ std::vector<torch::Tensor> layer_pre(torch::Tensor h, torch::Tensor cos, torch::
 // down's. attn: the attention's output [b, T, heads, d]; residual: the layer's input.
 torch::Tensor layer_post(torch::Tensor attn, torch::Tensor residual, std::vector<torch::Tensor> t,
                          std::vector<int64_t> i, double eps) {
-  TORCH_CHECK(t.size() == 10 && i.size() == 10, "layer_post: 10 tensors and 10 ints");
+  TORCH_CHECK(t.size() == 10 && i.size() == 1 + 3 * kInts, "layer_post: 10 tensors and ",
+              1 + 3 * kInts, " ints");
   std::vector<int64_t> shape(residual.sizes().begin(), residual.sizes().end() - 1);
   shape.push_back(-1);
   const auto out = linear(attn.reshape(shape).contiguous(), proj(t, 0, i, 1));
   const auto hidden = residual + out;
   const auto x = rms(hidden, t[3], eps);
-  const auto gu = linear(x, proj(t, 4, i, 4));
+  const auto gu = linear(x, proj(t, 4, i, 1 + kInts));
   const int64_t n = i[0];
-  return hidden + linear(at::silu(gu.slice(-1, 0, n)) * gu.slice(-1, n), proj(t, 7, i, 7));
+  const auto gated = at::silu(gu.slice(-1, 0, n)) * gu.slice(-1, n);
+  return hidden + linear(gated, proj(t, 7, i, 1 + 2 * kInts));
 }
