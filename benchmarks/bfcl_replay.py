@@ -19,6 +19,8 @@ One JSON line per task in `--out`; a rerun skips the tasks already there, so a l
 `--report` prints the tables from the file alone.
 
     .venv/bin/python benchmarks/bfcl_replay.py --tasks 20
+    .venv/bin/python benchmarks/bfcl_replay.py --tasks 10 --quantize gguf-a8 \
+        --out benchmarks/results/bfcl-multi/replay-a8.jsonl      # int8 activations
     .venv/bin/python benchmarks/bfcl_replay.py --report
 """
 
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> None:
     todo = [f"multi_turn_base_{i}" for i in range(args.tasks)]
     todo = [t for t in todo if t not in done]
     print(f"{describe()}; {len(done)} tasks done, {len(todo)} to run", flush=True)
-    draft, target = load_lm("draft"), load_lm("target")
+    draft, target = (load_lm(role, quantize=args.quantize) for role in ("draft", "target"))
     torch.set_num_threads(args.threads)
 
     def own(name: str) -> LocalCausalLM:  # the same weights, its own prefix store
@@ -136,7 +138,8 @@ def run(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             mt.run_task(replaying_model(target, others, llama, calls), task)
             record = {"task": task, "calls": calls, "wall_s": time.perf_counter() - t0,
-                      "machine": describe(), "threads": args.threads}  # fmt: skip
+                      "machine": describe(), "threads": args.threads,
+                      "quantize": args.quantize}  # fmt: skip
             with args.out.open("a") as f:
                 f.write(json.dumps(record) + "\n")
     report(args.out)
@@ -146,7 +149,8 @@ def report(path: Path) -> None:
     rows = [json.loads(line) for line in path.open()]
     if not rows:
         raise SystemExit(f"{path}: no task recorded yet")
-    print(f"\n{len(rows)} tasks; {rows[0]['machine']}; {rows[0]['threads']} threads")
+    print(f"\n{len(rows)} tasks; {rows[0]['machine']}; {rows[0]['threads']} threads; "
+          f"--quantize {rows[0].get('quantize', 'auto')}")  # fmt: skip
     print("| task | calls | first prompt | " + " | ".join(f"{m} s" for m in METHODS)
           + " | exact |")  # fmt: skip
     print("|---|---|---|" + "---|" * len(METHODS) + "---|")
@@ -179,6 +183,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=16384, help="llama.cpp's context")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--quantize", default="auto", choices=["auto", "gguf", "gguf-a8"],
+                    help="the project's weight format (auto: gguf here)")  # fmt: skip
     ap.add_argument("--report", action="store_true", help="only print the tables from --out")
     args = ap.parse_args()
     if args.report:
