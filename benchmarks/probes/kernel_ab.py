@@ -61,6 +61,16 @@ def revision_texts(base: str) -> dict[str, str]:
     return texts
 
 
+def through(layers: list, xs: list[torch.Tensor], kernel) -> tuple[list[torch.Tensor], float]:
+    """Every layer on its input with `kernel` swapped in: the outputs, and the seconds the pass
+    took (the probes that swap kernels into a model's layers check bits and time with it)."""
+    for m in layers:
+        m._kernel = kernel
+    t0 = time.perf_counter()
+    out = [m(x) for m, x in zip(layers, xs, strict=True)]
+    return out, time.perf_counter() - t0
+
+
 def compile_texts(texts: dict[str, str], defines: tuple[str, ...] = ()):
     """The kernel from `texts` (file name -> source), built with `-D` `defines`, as a module of
     its own under $SPECGUARD_HOME/kernels/ab-*, beside the working tree's kernel."""

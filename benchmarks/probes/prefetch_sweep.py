@@ -28,7 +28,7 @@ from specguard_graph.models.local import int8_kernel
 from specguard_graph.models.local.blocks import BlockLinear
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_ab import compile_texts
+from kernel_ab import compile_texts, through
 
 
 def plain_read_rate() -> float:
@@ -69,21 +69,14 @@ def main() -> None:
         ref = [m(x) for m, x in zip(layers, xs, strict=True)]  # the installed kernel
         models[role] = layers, xs, sum(m.panels.numel() for m in layers)
         for d, kernel in kernels.items():
-            for m, x, y in zip(layers, xs, ref, strict=True):
-                m._kernel = kernel
-                if not torch.equal(m(x), y):
-                    raise SystemExit(f"{role}: {d} bytes ahead changed an output's bits")
+            if not all(map(torch.equal, through(layers, xs, kernel)[0], ref)):
+                raise SystemExit(f"{role}: {d} bytes ahead changed an output's bits")
     print(f"bits: every distance gives the installed kernel's outputs {distances}", flush=True)
     times: dict[tuple[str, int], list[float]] = {(r, d): [] for r in models for d in distances}
     for _ in range(args.rounds):
         for d, kernel in kernels.items():
             for role, (layers, xs, _) in models.items():
-                for m in layers:
-                    m._kernel = kernel
-                t0 = time.perf_counter()
-                for m, x in zip(layers, xs, strict=True):
-                    m(x)
-                times[role, d].append(time.perf_counter() - t0)
+                times[role, d].append(through(layers, xs, kernel)[1])
     print(f"plain 2-thread read: {plain_read_rate():.1f} GB/s")
     print(f"\n{args.rows} row(s) through every block layer, median of {args.rounds} interleaved "
           "rounds")  # fmt: skip

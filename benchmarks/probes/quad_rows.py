@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
-from kernel_ab import compile_texts
+from kernel_ab import compile_texts, through
 
 from specguard_graph.machine import describe
 from specguard_graph.models.loading import OPTIONS, load_lm
@@ -41,24 +40,15 @@ def main() -> None:
               if isinstance(m, BlockLinear)]  # fmt: skip
     xs = {r: [torch.randn(r, lay.in_features) for lay in layers] for r in args.rows}
     for rows, x in xs.items():
-        for lay, xi in zip(layers, x, strict=True):
-            outs = []
-            for kernel in kernels.values():
-                lay._kernel = kernel
-                outs.append(lay(xi))
-            if not torch.equal(outs[0], outs[1]):
-                raise SystemExit(f"{rows} rows: quads changed an output's bits")
+        ref, got = (through(layers, x, kernel)[0] for kernel in kernels.values())
+        if not all(map(torch.equal, ref, got)):
+            raise SystemExit(f"{rows} rows: quads changed an output's bits")
     print(f"bits: quads give the int16 code's outputs at every row count {args.rows}", flush=True)
     times: dict[tuple[str, int], list[float]] = {(k, r): [] for k in kernels for r in args.rows}
     for _ in range(args.rounds):
         for rows, x in xs.items():
             for name, kernel in kernels.items():
-                for lay in layers:
-                    lay._kernel = kernel
-                t0 = time.perf_counter()
-                for lay, xi in zip(layers, x, strict=True):
-                    lay(xi)
-                times[name, rows].append(time.perf_counter() - t0)
+                times[name, rows].append(through(layers, x, kernel)[1])
     print(f"\nthe target's block layers, int8 activations; ms per pass, median of {args.rounds}")
     print("| rows | int16 code ms | quads ms | quads / int16 code |")
     print("|---|---|---|---|")

@@ -262,7 +262,9 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   int16_t* xq = scratch<int16_t, 0>(tiles ? 0 : M * K);
   int8_t* xhi = scratch<int8_t, 0>(tiles ? M * K : 0);
   uint8_t* xlo = scratch<uint8_t, 0>(tiles ? M * K : 0);
-  int8_t* xb = scratch<int8_t, 1>(bits == 8 && !tiles ? M * K : 0);
+  // the quads (block_quads.inc) read int8 values as bytes too
+  const bool bytes = bits == 8 && !tiles;
+  int8_t* xb = scratch<int8_t, 1>(bytes ? M * K : 0);
   float* xd = scratch<float, 0>(M * G);
   float* xs = scratch<float, 1>(M * G);
   int32_t* xh = scratch<int32_t, 0>(2 * M * G);
@@ -272,11 +274,11 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
     for (int64_t m = m0; m < m1; ++m)
       quantize_row(xp + m * K, K, levels, tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G],
                    &xh[2 * m * G], tiles ? &xhi[m * K] : nullptr, tiles ? &xlo[m * K] : nullptr,
-                   bits == 8 && !tiles ? &xb[m * K] : nullptr);
+                   bytes ? &xb[m * K] : nullptr);
   });
   for (int64_t m = 0; m < M; ++m)
     act[m] = {tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G],
-              bits == 8 && !tiles ? &xb[m * K] : nullptr};
+              bytes ? &xb[m * K] : nullptr};
   auto y = torch::empty({M, N}, x.options());
   const uint8_t* wp = w.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
@@ -285,9 +287,9 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
     if (tiles)
       amx::run_amx(fmt, wp, pb, blocks, act, xhi, xlo, K, M, yp, N, p0, p1);
     else if (use >= 1)
-      vnni::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1, bits == 8);
+      vnni::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1, bytes);
     else
-      avx2::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1, bits == 8);
+      avx2::run(fmt, wp, pb, blocks, act, M, yp, N, p0, p1, bytes);
   });
   return y;
 }
