@@ -73,6 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="target", choices=["draft", "target"])
     ap.add_argument("--problems", type=int, default=25)
+    ap.add_argument("--skip", type=int, default=0, help="start at this GSM8K problem (held out)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--keep", nargs="+", default=["none", "head", "down", "down,head"],
@@ -81,11 +82,12 @@ def main() -> None:
     )  # fmt: skip
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"{describe()}; {args.model}, {args.problems} GSM8K texts, int8 activations by part")
+    last = args.skip + args.problems - 1
+    print(f"{describe()}; {args.model}, GSM8K texts {args.skip}-{last}, int8 activations by part")
     print(f"# .venv/bin/python benchmarks/probes/a8_parts.py {' '.join(sys.argv[1:])}")
     ref_lm = load_lm(args.model, **OPTIONS["fp32"])
     texts = []
-    for p in gsm8k_100()[: args.problems]:
+    for p in gsm8k_100()[args.skip : args.skip + args.problems]:
         prompt = ref_lm.encode(SPEC.render_prompt(p["question"], ref_lm.tokenizer))
         texts.append(Text(prompt + ref_lm.encode(p["solution"]), len(prompt)))
     ref = scores(ref_lm.model, texts)
