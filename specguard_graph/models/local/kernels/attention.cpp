@@ -35,7 +35,7 @@ int64_t block_isa();  // block_gemm.cpp: 0 AVX2, 1 AVX-512 VNNI, 2 AMX
 
 constexpr int64_t kMaxGroups = 64;  // query heads per key/value head
 constexpr int64_t kRowBlock = 8;    // query rows that go through the keys together
-constexpr int64_t kKeyChunk = 128;   // keys (and values) a row block reads at a time: 64 KB at d = 128
+constexpr int64_t kKeyChunk = 128;  // keys (and values) a row block reads at a time: 64 KB at d = 128
 
 namespace attn {  // used by every copy below
 
