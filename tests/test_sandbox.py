@@ -168,6 +168,19 @@ def test_bombs_are_contained_and_reported_as_the_limit_they_hit(code, limit):
     assert len(os.listdir("/proc")) < before + 20  # nothing left behind
 
 
+def test_interleaved_tracebacks_still_name_the_limit_a_fork_bomb_hit():
+    # children of a bomb share one stderr pipe: the last line may be another child's header
+    stderr = (
+        "Traceback (most recent call last):\n  File \"<string>\", line 3, in <module>\n"
+        "BlockingIOError: [Errno 11] Resource temporarily unavailable\n"
+        "Traceback (most recent call last):\n"
+    )
+    error = PythonExecutor(processes=8)._error(1, stderr, timed_out=False)
+    assert error is not None and error.startswith("process limit of 8 hit (BlockingIOError")
+    plain = "Traceback (most recent call last):\n  File \"x\"\nValueError: bad\n"
+    assert PythonExecutor()._error(1, plain, timed_out=False) == "ValueError: bad"
+
+
 def test_a_program_may_write_its_private_temporary_directory():
     ex = PythonExecutor()
     obs = ex("open('/tmp/notes.txt', 'w').write('12'); print(open('notes.txt').read())")

@@ -215,9 +215,18 @@ class PythonExecutor:
             hint = {"SIGXFSZ": "file-size limit",
                     "SIGKILL": "killed"}.get(name, name)  # fmt: skip
             return f"{hint} ({name})"
-        last = stderr.splitlines()[-1] if stderr else f"exit status {status}"
+        last = _exception_line(stderr) or f"exit status {status}"
         if last.startswith("MemoryError"):
             return f"memory limit of {self.memory_mb} MB hit ({last})"[:300]
         if last.startswith("BlockingIOError") and "[Errno 11]" in last:  # EAGAIN from fork
             return f"process limit of {self.processes} hit ({last})"[:300]
         return last[:300]
+
+
+def _exception_line(stderr: str) -> str | None:
+    """The line naming the exception: children of a fork bomb interleave their tracebacks on one
+    pipe, so stderr's last line may be another child's "Traceback ..." header or a frame."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    named = [ln for ln in lines if not ln[0].isspace() and not ln.startswith("Traceback (")]
+    fork = [ln for ln in named if ln.startswith("BlockingIOError") and "[Errno 11]" in ln]
+    return (fork or named or lines or [None])[-1]
