@@ -171,13 +171,13 @@ def test_bombs_are_contained_and_reported_as_the_limit_they_hit(code, limit):
 def test_interleaved_tracebacks_still_name_the_limit_a_fork_bomb_hit():
     # children of a bomb share one stderr pipe: the last line may be another child's header
     stderr = (
-        "Traceback (most recent call last):\n  File \"<string>\", line 3, in <module>\n"
+        'Traceback (most recent call last):\n  File "<string>", line 3, in <module>\n'
         "BlockingIOError: [Errno 11] Resource temporarily unavailable\n"
         "Traceback (most recent call last):\n"
     )
     error = PythonExecutor(processes=8)._error(1, stderr, timed_out=False)
     assert error is not None and error.startswith("process limit of 8 hit (BlockingIOError")
-    plain = "Traceback (most recent call last):\n  File \"x\"\nValueError: bad\n"
+    plain = 'Traceback (most recent call last):\n  File "x"\nValueError: bad\n'
     assert PythonExecutor()._error(1, plain, timed_out=False) == "ValueError: bad"
 
 
