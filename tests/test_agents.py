@@ -65,6 +65,34 @@ def test_native_calls_parse_bare_fenced_and_broken():
     assert text.content == "The answer is 3." and not text.calls and not text.invalid
 
 
+@pytest.mark.parametrize(
+    "text, calls, invalid, content",
+    [
+        ('{"name": "mkdir", "arguments": {"dir_name": "a"}}\n{"response": "None"}',
+         [("mkdir", {"dir_name": "a"})], [], '{"response": "None"}'),  # a call, a made-up answer
+        ('[{"name": "add", "arguments": {"a": 1}}, {"name": "add", "arguments": {"a": 2}}] ok',
+         [("add", {"a": 1}), ("add", {"a": 2})], [], "ok"),
+        ('```json\n{"name": "add", "arguments": {"a": 1}}\n```\nDone.',
+         [("add", {"a": 1})], [], "Done."),
+        ('{"name": "add", "arguments": {"a": 1}}\n{"name": "add", "arguments": "x"}\nthen',
+         [("add", {"a": 1})], ["add"], "then"),  # a named object that is no call: invalid
+        ('{"name": "add", "arguments": {"a": 1}} and ' + call("multiply", a=2, b=3),
+         [("add", {"a": 1}), ("multiply", {"a": 2, "b": 3})], [], "and"),
+        ('{"name": "add", "arguments": {"a": 1, "b": ', [], ["add"], ""),  # cut at the budget
+        ('{"arguments": {"a": 1}, "name": "add"}', [("add", {"a": 1})], [], ""),  # named late
+        ('I will call {"name": "add", "arguments": {}} now.', [], [],
+         'I will call {"name": "add", "arguments": {}} now.'),  # in a sentence: text
+    ],
+)  # fmt: skip
+def test_bare_calls_at_the_head_of_a_message_are_calls_and_what_follows_is_content(
+    text, calls, invalid, content
+):
+    parsed = parse_calls(text)
+    assert [(c["name"], c["arguments"]) for c in parsed.calls] == calls
+    assert [i["name"] for i in parsed.invalid] == invalid
+    assert parsed.content == content
+
+
 def test_python_calls_parse_with_dotted_names_and_free_text_stays_text():
     p = parse_calls('[math.factorial(number=5), geo.dist(a="x", b=[1, 2])]', "python")
     assert p.calls == [{"name": "math.factorial", "arguments": {"number": 5}},

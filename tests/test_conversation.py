@@ -48,6 +48,8 @@ def test_an_empty_message_and_a_message_that_writes_another_turn_go_to_the_targe
         IMPERSONATION
     )
     assert check(ANSWERED, "The answer is 391.\nUser: thanks") == IMPERSONATION
+    made_up = '{"name": "multiply", "arguments": {"a": 17, "b": 23}} {"response": "391.0"}'
+    assert check(ASKED, made_up) == IMPERSONATION  # the call parses; then the tool's answer
     assert check(ANSWERED, "The user asked for 17 * 23: it is 391.") is None
 
 
@@ -152,7 +154,7 @@ def test_the_plain_chat_model_through_prompt_lookup_writes_the_same_messages_in_
 def test_a_call_written_as_text_that_the_parser_cannot_read_goes_to_the_target():
     from specguard_graph.agents.conversation import UNREAD_CALL
 
-    seen = '{"name": "multiply", "arguments": {"a": 17, "b": 23}} {"response": "391.0"}'
-    assert check(ASKED, seen) == UNREAD_CALL  # the call and a made-up result: no call parsed
+    seen = 'I will call {"name": "multiply", "arguments": {"a": 17, "b": 23}} now.'
+    assert check(ASKED, seen) == UNREAD_CALL  # inside a sentence: no call parsed
     assert check(ASKED, 'I used {"name": "weather"} once.') is None  # not a bound tool
     assert check(ASKED, CALL) is None  # a call that parses

@@ -41,6 +41,10 @@ TEXTS = {
         "x < 3 and <tool_ca is not a tag, <b>bold</b>",
         "Broken: <tool_call>\n{not json\n</tool_call> after",
         "cut in the middle <tool_call>\n{\"name\": \"add\"",
+        '{"name": "add", "arguments": {"a": 1}}\n{"response": "None"}',
+        '[{"name": "add", "arguments": {}}, {"name": "add", "arguments": {"a": 2}}]\nok',
+        '{"name": "add", "arguments": {"a": 1}} then ' + call("add", a=2, b=3) + " end",
+        '{"name": "add", "arguments": {"a": 1, "b": ',
     ],
     "python": ["add(a=1, b=2)", "[add(a=1), add(b=2)]", "The answer is 7.", "Hello world",
                "```python\nadd(a=1)\n```", "addition(a=1) is what I would call"],
@@ -304,6 +308,27 @@ def test_a_call_named_early_that_then_fails_joins_invalid_never_runnable(text):
         assert named_at  # the name had gone out before the call failed
     else:
         assert out.tool_calls[0]["name"] == "add" and out.tool_calls[0]["args"] == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "add", "arguments": {"a": 1}}\n{"response": "None"}',  # a made-up answer after
+        '```json\n[{"name": "add", "arguments": {"a": 1}}, {"name": "add", "arguments": {}}]\n```',
+        '{"name": "add", "arguments": {"a": 1}}\n' + call("add", a=2, b=3) + " then text",
+        '{"name": "add", "arguments": {"a": 1, "b": ',  # cut at the budget: joins invalid
+        '{"name": "add", "arguments": "a=1"}\n{"name": "add", "arguments": {"a": 1}}',
+    ],
+)
+def test_a_bare_calls_name_goes_out_when_written_and_its_arguments_when_its_object_closes(text):
+    chunks, named_at, args_at, invoked = fed_char_by_char(text)
+    assert_same(joined(chunks), invoked)
+    names = [i + len('"add"') - 1 for i in range(len(text)) if text.startswith('"add"', i)]
+    assert named_at[0] == names[0]  # at the first name's closing quote, before its arguments
+    assert all(not c.content for c in chunks[:-1])  # content waits for the last chunk
+    whole = '{"name": "add", "arguments": {"a": 1}}'
+    _, _, args_at, _ = fed_char_by_char(whole + "\n" + whole + " ok")
+    assert args_at == {0: len(whole) - 1, 1: 2 * len(whole)}  # each at its closing brace
 
 
 def test_a_forced_calls_name_is_in_the_first_chunk():

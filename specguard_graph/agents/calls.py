@@ -3,7 +3,8 @@ tool's JSON schema, and put in one canonical form so k candidates can vote exact
 
 Two ways a model writes calls:
 - "json": the native tool template of Qwen2.5 and Hermes-style models, one
-  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block per call;
+  `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block per call, or the same
+  objects bare, as small models write them (`call_objects` says where calls are);
 - "python": BFCL's prompting format, a Python list of calls `[f(a=1), g.h(b="x")]`.
 """
 
@@ -19,9 +20,10 @@ from typing import Any, Literal
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from .call_objects import call_segments, is_bare_head, whole_bare_calls, written_name
+
 CallFormat = Literal["json", "python"]
 CALL_FORMATS: tuple[str, ...] = ("json", "python")
-_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 
 
 @dataclass
@@ -45,100 +47,17 @@ def call_key(name: str, arguments: Any) -> str:
     return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
 
 
-def _loads(raw: str) -> Any:
-    """JSON, or the doubled braces `{{...}}` that Qwen2.5-Coder's own chat template shows in
-    its tool-call instruction (and the model then copies)."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        raw = raw.strip()
-        if not (raw.startswith("{{") and raw.endswith("}}")):
-            raise
-        # the object after the first brace; the closing braces it doubled may be one or two
-        # more (`{{"name": "f", "arguments": {"a": 1}}}}` is seen as often as `...}}}`)
-        obj, end = json.JSONDecoder().raw_decode(raw[1:])
-        if raw[1 + end :].strip("}"):
-            raise
-        return obj
-
-
-_NAMED = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-
-
-def written_name(raw: str) -> str | None:
-    """The tool a call's text names as soon as its name is written whole (a call object that
-    starts `{"name": "..."`), before its arguments: what a stream can send first."""
-    m = _NAMED.match(raw)
-    if m is None:
-        return None
-    try:
-        return json.loads(f'"{m.group(1)}"')
-    except json.JSONDecodeError:
-        return None
-
-
-def _json_call(raw: str) -> dict[str, Any]:
-    obj = _loads(raw)
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        raise ValueError('a call is a JSON object with a "name"')
-    if written_name(raw) not in (None, obj["name"]):  # JSON keeps a repeated key's last value
-        raise ValueError("the call names its tool twice")
-    args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):  # some models write the arguments as a JSON string
-        args = json.loads(args)
-    if not isinstance(args, dict):
-        raise ValueError("the arguments are not a JSON object")
-    return {"name": obj["name"], "arguments": args}
-
-
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-
-
-def _bare_calls(text: str) -> list[dict[str, Any]] | None:
-    """A message that is nothing but call objects (one, a list, or one per line), bare or in a
-    ```json fence, as small models write when they skip the tags; None when it is anything else."""
-    body = text.strip()
-    if m := _FENCE.match(body):
-        body = m.group(1)
-    if not body.startswith(("{", "[")):
-        return None
-    try:
-        obj = _loads(body)
-        items = obj if isinstance(obj, list) else [obj]
-    except json.JSONDecodeError:
-        try:
-            items = [_loads(line) for line in body.splitlines() if line.strip()]
-        except json.JSONDecodeError:
-            return None
-    if not items or not all(isinstance(i, dict) and "name" in i for i in items):
-        return None
-    try:
-        return [_json_call(json.dumps(i)) for i in items]
-    except ValueError:
-        return None
-
-
-def json_blocks(text: str) -> list[tuple[re.Match[str], dict[str, Any] | None, str | None]]:
-    """Each `<tool_call>` block in order: its match, and its call or why it is invalid (a
-    stream matches the blocks it sent to the message's calls by this order)."""
-    out: list[tuple[re.Match[str], dict[str, Any] | None, str | None]] = []
-    for m in _BLOCK.finditer(text):
-        try:
-            out.append((m, _json_call(m.group(1).strip()), None))
-        except ValueError as e:  # json.JSONDecodeError is one
-            out.append((m, None, str(e)))
-    return out
-
-
 def parse_json_calls(text: str) -> ParsedMessage:
-    if "<tool_call>" not in text and (bare := _bare_calls(text)) is not None:
-        return ParsedMessage("", bare)
-    blocks = json_blocks(text)
-    calls = [call for _, call, _ in blocks if call is not None]
-    # an invalid call is its block as written, tags and all
-    invalid = [{"text": m.group(0), "error": error, "name": written_name(m.group(1))}
-               for m, call, error in blocks if call is None]  # fmt: skip
-    return ParsedMessage(_BLOCK.sub("", text).strip(), calls, invalid)
+    """Calls where `call_objects` finds them; an invalid call is its text as written (a block
+    with its tags)."""
+    if "<tool_call>" not in text and not is_bare_head(text):
+        if (bare := whole_bare_calls(text)) is not None:
+            return ParsedMessage("", bare)
+    segments, content = call_segments(text)
+    calls = [s.call for s in segments if s.call is not None]
+    invalid = [{"text": s.text, "error": s.error, "name": written_name(s.inner)}
+               for s in segments if s.call is None]  # fmt: skip
+    return ParsedMessage(content.strip(), calls, invalid)
 
 
 def _dotted(node: ast.expr) -> str:

@@ -6,9 +6,12 @@ showed the draft getting wrong while its calls still parsed and fit their schema
 - An empty message (no text, no call): an agent reads it as a final answer of nothing.
 - Text that plays another role (`<tool_response>...`, `Human: ...`): after a failed call the
   small models often wrote the tool's or the user's next turn themselves instead of calling.
-- A call to a bound tool written in the text where the parser reads no call: on BFCL the draft
-  wrote `{"name": "mkdir", "arguments": {...}} {"response": "None"}` (the call and a made-up
-  result) on every turn after the first, which an agent reads as a final answer.
+- A call and then its made-up result: on BFCL the draft wrote
+  `{"name": "mkdir", "arguments": {...}} {"response": "None"}` on every turn after the first.
+  The call parses (`call_objects`); the JSON after it, the message's content, is the tool's turn
+  written by the draft.
+- A call to a bound tool written in the text where the parser reads no call (inside a sentence),
+  which an agent reads as a final answer.
 
 Each returns a fixed reason (`REASONS`), so evidence can count how often each one fired. A
 message these checks send to the target is written by the target: it may make the same call
@@ -62,6 +65,8 @@ def conversation_check(messages: Sequence[Mapping[str, Any]], parsed: ParsedMess
         return EMPTY
     if _ROLE_PLAY.search(parsed.content):
         return IMPERSONATION
+    if parsed.calls and parsed.content.lstrip().startswith(("{", "[")):
+        return IMPERSONATION  # a call, then what the tool would answer
     if not parsed.calls and any(n in tools for n in _CALL_NAME.findall(parsed.content)):
         return UNREAD_CALL
     done = answered_calls(messages)

@@ -12,8 +12,9 @@ the end, a message that starts like bare JSON or a Python call), not trailing wh
 end may strip it).
 
 A call goes out as `tool_call_chunk`s, in two pieces: its name as soon as the name is written
-whole (`"name": "..."` at the head of its block), then its arguments when its block closes and
-parses (LangChain parses them back into `tool_calls`). The arguments are not streamed token by
+whole (`"name": "..."` at the head of its block or bare object), then its arguments when its
+block or object closes and parses (LangChain parses them back into `tool_calls`); where calls
+are is `call_objects.call_segments`, the same reading `invoke` makes. The arguments are not streamed token by
 token: LangChain joins a chunk's arguments as partial JSON, so a call cut at the budget after
 `{"path": "/ho` would join as a runnable call with a truncated argument. A call that does not
 parse goes in the last chunk as an invalid call whose arguments are its block as written, tags
@@ -38,7 +39,8 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 
 from ..models import tokens
-from .calls import _BLOCK, _LOOKS_LIKE_CALL, _json_call, json_blocks, written_name
+from .call_objects import BLOCK, call_segments, is_bare_head, written_name
+from .calls import _LOOKS_LIKE_CALL
 from .messages import _call_id
 
 _TAG = "<tool_call>"
@@ -53,8 +55,8 @@ def safe_content(text: str, calls: str) -> str:
             return ""
         return text.strip()
     head = text.lstrip()
-    if _TAG not in text and head[:1] in ("{", "[", "`", ""):
-        return ""  # may be bare call objects (`calls._bare_calls`)
+    if is_bare_head(text) or (_TAG not in text and head[:1] in ("{", "[", "`", "")):
+        return ""  # bare call objects, or may be (`call_objects`): content goes in the last chunk
     cut = len(text)
     opened = text.rfind(_TAG)
     if opened != -1 and text.find("</tool_call>", opened) == -1:
@@ -63,7 +65,7 @@ def safe_content(text: str, calls: str) -> str:
         if _TAG.startswith(text[cut - n : cut]):
             cut -= n
             break
-    return _BLOCK.sub("", text[:cut]).strip()
+    return BLOCK.sub("", text[:cut]).strip()
 
 
 class StreamClosed(Exception):
@@ -104,21 +106,18 @@ class MessageStream:
 
     def _call_chunks(self, text: str) -> list[dict[str, Any]]:
         out = []
-        for b, m in enumerate(_BLOCK.finditer(text)):
+        for b, segment in enumerate(call_segments(text)[0]):
             slot = self._slot(b)
             if slot["closed"]:
                 continue
             piece: dict[str, Any] = {"name": None, "id": None, "index": b, "args": "",
                                      "type": "tool_call_chunk"}  # fmt: skip
-            if not slot["named"] and (name := written_name(m.group(1))) is not None:
+            if not slot["named"] and (name := written_name(segment.inner)) is not None:
                 slot["named"] = True
                 piece |= {"name": name, "id": slot["id"]}
-            if m.group(0).endswith("</tool_call>"):
+            if segment.closed:
                 slot["closed"] = True
-                try:
-                    call = _json_call(m.group(1).strip())
-                except ValueError:  # invalid: its text goes in the last chunk
-                    call = None
+                call = segment.call  # None: invalid, its text goes in the last chunk
                 if call is not None:
                     slot["call"] = call
                     piece["args"] = json.dumps(call["arguments"], ensure_ascii=False)
@@ -154,16 +153,17 @@ class MessageStream:
     def _rest_by_block(self, message: AIMessage) -> list[dict[str, Any]]:
         """The last chunk's calls, matched to the blocks of the text the stream was fed (every
         token of the message is fed when any is: one writer writes it)."""
-        blocks = json_blocks(self.text(whole=True))
-        if [(c["name"], c["arguments"]) for _, c, _ in blocks if c is not None] != [
+        blocks = call_segments(self.text(whole=True))[0]
+        if [(s.call["name"], s.call["arguments"]) for s in blocks if s.call is not None] != [
             (c["name"], c["args"]) for c in message.tool_calls
-        ] or [m.group(0) for m, c, _ in blocks if c is None] != [
+        ] or [s.text for s in blocks if s.call is None] != [
             c["args"] for c in message.invalid_tool_calls
         ]:
             raise RuntimeError("the streamed text's calls are not the message's")
         valid, invalid = iter(message.tool_calls), iter(message.invalid_tool_calls)
         out = []
-        for b, (_, call, _) in enumerate(blocks):
+        for b, segment in enumerate(blocks):
+            call = segment.call
             slot, c = self._slot(b), next(valid) if call is not None else next(invalid)
             if "call" in slot:
                 continue  # sent when its block closed
