@@ -52,6 +52,23 @@ def test_a_model_agrees_with_its_own_greedy_answer_everywhere_and_another_does_n
         agreement(tiny.draft, [])
 
 
+def test_a_chat_question_is_one_message_in_the_chat_template_as_the_chat_model_runs_it(tiny):
+    from specguard_graph.agents.spec import ChatSteps, chat_question
+    from specguard_graph.distill.agreement import agreement
+    from specguard_graph.distill.examples import encode, example
+
+    tok = tiny.target.tokenizer
+    q = chat_question([{"role": "user", "content": "Add 2 and 3."}], calls="python")
+    ex = example(tok, q, "[add(a=2, b=3)]\n\nDone.")  # a paragraph break is no step end here
+    assert ex.prompt == encode(tok, ChatSteps().render_prompt(q, tok))
+    assert ex.ends == [len(ex.answer)]
+    pc = tiny.target.new_prefix(ChatSteps().render_prompt(q, tok))
+    own = tiny.target.sample(pc, n=1, delimiter=ChatSteps().delimiter, max_new_tokens=20,
+                             temperature=0.0, fork=False).candidates[0]  # fmt: skip
+    mine = agreement(tiny.target, [{"question": q, "text": own.text}])
+    assert mine["top1"] == 1.0 and mine["steps"] == 1
+
+
 def test_the_cli_writes_problems_and_refuses_bad_records(tmp_path, model_dirs):
     from typer.testing import CliRunner
 

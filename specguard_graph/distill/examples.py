@@ -7,19 +7,32 @@ would train (and score) the draft on tokenizations it never meets in a run.
 A record is any JSONL object with `question` and `text` whose text is the target's: a target
 bench run on fresh problems (`specguard distill problems`), or the records of a lossless run
 (`sd-verify`, SpecGuard at tau > 1) on the user's own workload, whose text equals the target's.
+A chat question (`chat_question` JSON: a BFCL item, an agent's call) is one message per step, in
+the chat template, as the chat model runs it; any other question is reasoning steps.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..agents.spec import ChatSteps
 from ..errors import InputError
 from ..steps import ReasoningSteps
 
-SPEC = ReasoningSteps()
+SPEC, CHAT = ReasoningSteps(), ChatSteps()
+
+
+def spec_for(question: str) -> ReasoningSteps | ChatSteps:
+    """The step format a run gives `question`: chat messages for a chat question."""
+    try:
+        doc = json.loads(question)
+    except json.JSONDecodeError:
+        return SPEC
+    return CHAT if isinstance(doc, dict) and isinstance(doc.get("messages"), list) else SPEC
 
 
 @dataclass(frozen=True)
@@ -37,12 +50,13 @@ def encode(tokenizer: Any, text: str) -> list[int]:
 
 def example(tokenizer: Any, question: str, answer: str) -> Example:
     """`answer` in the graph's prompt format for `question`, tokenized step by step."""
-    prompt = encode(tokenizer, SPEC.render_prompt(question, tokenizer))
-    steps = answer.split(SPEC.delimiter)
+    spec = spec_for(question)
+    prompt = encode(tokenizer, spec.render_prompt(question, tokenizer))
+    steps = answer.split(spec.delimiter)
     ids: list[int] = []
     ends: list[int] = []
     for i, step in enumerate(steps):
-        piece = step + (SPEC.delimiter if i + 1 < len(steps) else "")
+        piece = step + (spec.delimiter if i + 1 < len(steps) else "")
         ids += encode(tokenizer, piece) if piece else []
         ends.append(len(ids))
     if not ids:
