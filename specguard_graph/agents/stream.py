@@ -14,14 +14,15 @@ end may strip it).
 A call goes out as `tool_call_chunk`s, in two pieces: its name as soon as the name is written
 whole (`"name": "..."` at the head of its block or bare object), then its arguments when its
 block or object closes and parses (LangChain parses them back into `tool_calls`); where calls
-are is `call_objects.call_segments`, the same reading `invoke` makes. The arguments are not streamed token by
-token: LangChain joins a chunk's arguments as partial JSON, so a call cut at the budget after
-`{"path": "/ho` would join as a runnable call with a truncated argument. A call that does not
-parse goes in the last chunk as an invalid call whose arguments are its block as written, tags
-and all: text no JSON reading turns into a call (`calls.parse_json_calls`; `invoke` says the
-same). The last chunk carries the rest of the content, the rest of the calls,
-`response_metadata` and `usage_metadata`, so the joined chunks are what `invoke` returns (but
-for an invalid call's parse error: LangChain's chunks have no field for it).
+are is `call_objects.call_segments`, the same reading `invoke` makes. The arguments are not
+streamed token by token: LangChain joins a chunk's arguments as partial JSON, so a call cut at
+the budget after `{"path": "/ho` would join as a runnable call with a truncated argument. A call
+that does not parse goes in the last chunk as an invalid call whose arguments are its block as
+written, tags and all (a bare object inside the tags it skipped): text no JSON reading turns
+into a call (`calls.parse_json_calls`; `invoke` says the same). The last chunk carries the rest
+of the content, the rest of the calls, `response_metadata` and `usage_metadata`, so the joined
+chunks are what `invoke` returns (but for an invalid call's parse error: LangChain's chunks have
+no field for it).
 """
 
 from __future__ import annotations
