@@ -29,6 +29,19 @@ def test_the_overlap_check_finds_an_evaluation_question_however_it_is_written():
     assert overlap(planted, evaluation) == ["copy", "inside"]
 
 
+def test_the_bfcl_questions_trained_on_are_none_of_the_evaluated_ones():
+    from specguard_graph.distill.data import EVALUATED_BFCL, bfcl_questions
+
+    evaluated = [q for c in EVALUATED_BFCL for q in bfcl_questions(c)]
+    assert len(evaluated) > 1000
+    assert overlap(bfcl_questions("live_simple"), evaluated) == []  # the tool-call records
+    # live_multiple holds two evaluated questions: the check finds them
+    assert overlap(bfcl_questions("live_multiple")[185:195], evaluated) == [
+        "live_multiple_190-84-0",
+        "live_multiple_191-85-0",
+    ]
+
+
 def test_no_problems_is_refused():
     with pytest.raises(InputError, match="--problems"):
         fresh_problems(0, seed=1)

@@ -66,6 +66,20 @@ def overlap(problems: list[Problem], evaluation: list[Problem]) -> list[str]:
     ]
 
 
+EVALUATED_BFCL = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
+
+
+def bfcl_questions(category: str) -> list[Problem]:
+    """A BFCL category's items as their users ask them (the user turns' text), for `overlap`:
+    with BFCL's system prompt and function list in it, every question would hold another."""
+    from ..bench.bfcl import entries
+
+    return [{"id": e["id"], "answer": "",
+             "question": " ".join(m["content"] for turn in e["question"] for m in turn
+                                  if m["role"] == "user")}
+            for e, _ in entries(category)]  # fmt: skip
+
+
 def write_problems(problems: list[Problem], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(p) + "\n" for p in problems))
