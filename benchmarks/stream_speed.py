@@ -153,7 +153,7 @@ def first_call(target, task: str):
     return seen["messages"], seen["tools"]
 
 
-def call_rounds(model, messages, label: str, rounds: int) -> None:
+def call_rounds(model, lm, messages, label: str, rounds: int) -> None:
     """Time to the first streamed chunk (content or a call) of a message, cold, against its
     prefill + one decode step + 50 ms (and how many decode steps after the prefill it came),
     and streamed / invoke time."""
@@ -164,7 +164,7 @@ def call_rounds(model, messages, label: str, rounds: int) -> None:
     )
     rows = []
     for r in range(rounds):
-        got = one_round(model, messages, (model_lm(model),), calls_count=True)
+        got = one_round(model, messages, (lm,), calls_count=True)
         got["at"] = (got["ttft"] - got["prefill"]) / got["step"]
         rows.append(got)
         print(f"| {r + 1} | {got['prompt']} | {got['tokens']} | {got['ttft']:.2f} | "
@@ -176,16 +176,13 @@ def call_rounds(model, messages, label: str, rounds: int) -> None:
           f"{med['ratio']:.3f} |")  # fmt: skip
 
 
-def model_lm(model):
-    return getattr(model, "bound", model).lm
-
-
 def bfcl_rounds(target, task: str, rounds: int) -> None:
     """The first call of a BFCL multi-turn task, by the target alone with BFCL's prompt."""
     messages, tools = first_call(target, task)
     model = PlainChatModel(lm=target, system_prompt=None, max_tokens=96)
     bound_model = model.bind_tools(tools) if tools else model
-    call_rounds(bound_model, messages, f"BFCL {task}, first call: {len(tools)} tools", rounds)
+    call_rounds(bound_model, target, messages, f"BFCL {task}, first call: {len(tools)} tools",
+                rounds)  # fmt: skip
 
 
 def main() -> None:
@@ -203,9 +200,10 @@ def main() -> None:
         return bfcl_rounds(load_lm("target"), args.bfcl, args.rounds)
     if args.readme_call:
         print(describe())
-        model = PlainChatModel(lm=load_lm("target"), max_tokens=96).bind_tools([multiply])
-        return call_rounds(model, README[:1], "The README agent's first message (its call)",
-                           args.rounds)  # fmt: skip
+        target = load_lm("target")
+        model = PlainChatModel(lm=target, max_tokens=96).bind_tools([multiply])
+        return call_rounds(model, target, README[:1],
+                           "The README agent's first message (its call)", args.rounds)  # fmt: skip
     draft, target = load_lm("draft"), load_lm("target")
     print(f"{describe()}; {args.rounds} rounds × 2 messages, every call cold\n")
     models = {

@@ -13,13 +13,12 @@ the chat template, as the chat model runs it; any other question is reasoning st
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..agents.spec import ChatSteps
+from ..agents.spec import ChatSteps, read_question
 from ..errors import InputError
 from ..steps import ReasoningSteps
 
@@ -29,10 +28,10 @@ SPEC, CHAT = ReasoningSteps(), ChatSteps()
 def spec_for(question: str) -> ReasoningSteps | ChatSteps:
     """The step format a run gives `question`: chat messages for a chat question."""
     try:
-        doc = json.loads(question)
-    except json.JSONDecodeError:
+        read_question(question)
+    except InputError:
         return SPEC
-    return CHAT if isinstance(doc, dict) and isinstance(doc.get("messages"), list) else SPEC
+    return CHAT
 
 
 @dataclass(frozen=True)
