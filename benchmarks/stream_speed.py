@@ -16,7 +16,7 @@ tokens per second both ways.
 
     .venv/bin/python benchmarks/stream_speed.py --rounds 5
     .venv/bin/python benchmarks/stream_speed.py --bfcl multi_turn_base_0 --rounds 2
-    .venv/bin/python benchmarks/stream_speed.py --readme-call --rounds 10
+    .venv/bin/python benchmarks/stream_speed.py --readme-call --rounds 10 [--tool-choice]
 """
 
 from __future__ import annotations
@@ -192,6 +192,8 @@ def main() -> None:
     ap.add_argument("--bfcl", metavar="TASK", help="only: the first call of a BFCL multi-turn task")
     ap.add_argument("--readme-call", action="store_true",
                     help="only: the README agent's first message, the target's call")  # fmt: skip
+    ap.add_argument("--tool-choice", action="store_true",
+                    help="with --readme-call: the call forced (tool_choice)")  # fmt: skip
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["SPECGUARD_PREFIX_DISK"] = "off"  # cold means cold: no prompt from an earlier run
@@ -201,9 +203,10 @@ def main() -> None:
     if args.readme_call:
         print(describe())
         target = load_lm("target")
-        model = PlainChatModel(lm=target, max_tokens=96).bind_tools([multiply])
-        return call_rounds(model, target, README[:1],
-                           "The README agent's first message (its call)", args.rounds)  # fmt: skip
+        forced = {"tool_choice": "multiply"} if args.tool_choice else {}
+        model = PlainChatModel(lm=target, max_tokens=96).bind_tools([multiply], **forced)
+        label = "The README agent's first message (its call" + (", forced)" if forced else ")")
+        return call_rounds(model, target, README[:1], label, args.rounds)
     draft, target = load_lm("draft"), load_lm("target")
     print(f"{describe()}; {args.rounds} rounds × 2 messages, every call cold\n")
     models = {

@@ -101,7 +101,7 @@ def test_tool_calls_arrive_in_openais_format_streamed_and_not(server):
     parts = list(c.chat.completions.create(model="specguard", messages=USER, tools=[ADD],
                                            stream=True))  # fmt: skip
     deltas = [d for p in parts for d in (p.choices[0].delta.tool_calls or [])]
-    assert deltas[0].function.name == "add"
+    assert deltas[0].function.name == "add" and deltas[0].id
     assert json.loads("".join(d.function.arguments for d in deltas)) == {"a": 17, "b": 25}
     assert parts[-1].model_extra["specguard"]["accepted"] is True
 
@@ -192,3 +192,22 @@ def test_a_client_that_leaves_mid_stream_frees_the_model(server):
     finally:
         hook.remove()
     assert post(url, {"model": "target", "messages": USER}).status_code == 200
+
+
+def test_a_call_opened_before_its_name_is_sent_with_its_id_and_name_together():
+    from langchain_core.messages import AIMessageChunk
+
+    from specguard_graph.serve.schema import Reply
+
+    def piece(**c):
+        blank = {"name": None, "id": None, "args": "", "index": 0, "type": "tool_call_chunk"}
+        return AIMessageChunk(content="", tool_call_chunks=[blank | c])
+
+    reply = Reply("target")
+    opened = reply.chunk(piece(id="call_1"), True)["choices"][0]["delta"]
+    assert opened == {"role": "assistant"}  # held: OpenAI's first call delta names the tool
+    named = reply.chunk(piece(name="add"), False)["choices"][0]["delta"]["tool_calls"]
+    assert named == [{"index": 0, "id": "call_1", "type": "function",
+                      "function": {"name": "add", "arguments": ""}}]  # fmt: skip
+    args = reply.chunk(piece(args='{"a": 1}'), False)["choices"][0]["delta"]["tool_calls"]
+    assert args == [{"index": 0, "function": {"arguments": '{"a": 1}'}}]

@@ -331,6 +331,24 @@ def test_a_bare_calls_name_goes_out_when_written_and_its_arguments_when_its_obje
     assert args_at == {0: len(whole) - 1, 1: 2 * len(whole)}  # each at its closing brace
 
 
+def test_a_call_opens_with_its_id_at_its_tag_before_its_name_and_a_mere_object_never_opens():
+    ids_at = {}
+    for text in (call("add", a=1, b=2), '{"name": "add", "arguments": {"a": 1}}\n{"response": 1}'):
+        chunks, _, _, invoked = fed_char_by_char(text)
+        opened = [
+            (i, c) for i, ch in enumerate(chunks[:-1]) for c in ch.tool_call_chunks if c["id"]
+        ]
+        assert len(opened) == 1 and opened[0][1]["index"] == 0 and opened[0][1]["name"] is None
+        ids_at[text[:3]] = opened[0][0]
+        assert_same(joined(chunks), invoked)
+        assert joined(chunks).tool_calls[0]["id"] == opened[0][1]["id"]
+    # the tag is whole at its '>' (chunk 0: nothing came before it); a bare object once it opens
+    # `{"name": "`, the name still being written
+    assert ids_at == {"<to": 0, '{"n': 0}
+    chunks, _, _, _ = fed_char_by_char('<tool_call>\n{"name": "add"')
+    assert chunks[0].tool_call_chunks[0]["id"] and chunks[1].tool_call_chunks[0]["name"] == "add"
+
+
 def test_a_forced_calls_name_is_in_the_first_chunk():
     prefix = '<tool_call>\n{"name": "add", "arguments": '
     chunks, named_at, _, invoked = fed_char_by_char('{"a": 2, "b": 3}}\n</tool_call>', prefix)

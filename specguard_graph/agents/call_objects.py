@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _NAMED = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_OPENS = re.compile(r'\s*\{\s*"name"\s*:\s*"')
 _HEAD = re.compile(r'\s*(```(?:json)?\s*)?(\[)?(?=\s*\{\s*"name"\s*:\s*")')
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
@@ -82,6 +83,13 @@ class Segment:
     closed: bool
     call: dict[str, Any] | None
     error: str | None
+    bare: bool = False  # an object at the message's head, not a `<tool_call>` block
+
+    @property
+    def certain(self) -> bool:
+        """A call whatever is written next: a block (its tag is written), or a bare object
+        that opens `{"name": "` (a later bare object may still name no tool and end the calls)."""
+        return not self.bare or _OPENS.match(self.inner) is not None
 
 
 def _read(inner: str, closed: bool, text: str | None = None) -> Segment:
@@ -114,12 +122,12 @@ def _bare_head(text: str) -> tuple[list[Segment], int]:
             rest = text[start:]
             if fenced and rest.rstrip().endswith("```"):
                 rest = rest.rstrip()[:-3].rstrip()
-            out.append(Segment(_TAGGED.format(rest, ""), rest, False, None, str(e)))
+            out.append(Segment(_TAGGED.format(rest, ""), rest, False, None, str(e), bare=True))
             return out, len(text)
         if not isinstance(obj, dict) or "name" not in obj:
             break  # not a call: the sequence ends, content starts
         inner = text[start:end]
-        out.append(_read(inner, True, _TAGGED.format(inner, "\n</tool_call>")))
+        out.append(replace(_read(inner, True, _TAGGED.format(inner, "\n</tool_call>")), bare=True))
         pos = end
     rest = text[pos:].lstrip(" \t\r\n,")
     for close in ("]" if listed else "", "```" if fenced else ""):

@@ -11,14 +11,16 @@ not while the text could still be a call (a `<tool_call>` block being written, a
 the end, a message that starts like bare JSON or a Python call), not trailing whitespace (the
 end may strip it).
 
-A call goes out as `tool_call_chunk`s, in two pieces: its name as soon as the name is written
-whole (`"name": "..."` at the head of its block or bare object), then its arguments when its
-block or object closes and parses (LangChain parses them back into `tool_calls`); where calls
-are is `call_objects.call_segments`, the same reading `invoke` makes. The arguments are not
-streamed token by token: LangChain joins a chunk's arguments as partial JSON, so a call cut at
-the budget after `{"path": "/ho` would join as a runnable call with a truncated argument. A call
-that does not parse goes in the last chunk as an invalid call whose arguments are its block as
-written, tags and all (a bare object inside the tags it skipped): text no JSON reading turns
+A call goes out as `tool_call_chunk`s, in three pieces: its id and index the moment it opens
+(the `<tool_call>` tag, one token for Qwen, or a bare object's `{"name": "`: a client can show
+that a call is being written ~5 decode steps before its name is), its name as soon as the name
+is written whole (`"name": "..."` at the head of its block or bare object), then its arguments
+when its block or object closes and parses (LangChain parses them back into `tool_calls`); where
+calls are is `call_objects.call_segments`, the same reading `invoke` makes. The arguments are
+not streamed token by token: LangChain joins a chunk's arguments as partial JSON, so a call cut
+at the budget after `{"path": "/ho` would join as a runnable call with a truncated argument. A
+call that does not parse goes in the last chunk as an invalid call whose arguments are its block
+as written, tags and all (a bare object inside the tags it skipped): text no JSON reading turns
 into a call (`calls.parse_json_calls`; `invoke` says the same). The last chunk carries the rest
 of the content, the rest of the calls, `response_metadata` and `usage_metadata`, so the joined
 chunks are what `invoke` returns (but for an invalid call's parse error: LangChain's chunks have
@@ -102,7 +104,8 @@ class MessageStream:
 
     def _slot(self, b: int) -> dict[str, Any]:
         if b == len(self.slots):
-            self.slots.append({"id": _call_id(), "named": False, "closed": False})
+            self.slots.append({"id": _call_id(), "opened": False, "named": False,
+                               "closed": False})  # fmt: skip
         return self.slots[b]
 
     def _call_chunks(self, text: str) -> list[dict[str, Any]]:
@@ -113,9 +116,12 @@ class MessageStream:
                 continue
             piece: dict[str, Any] = {"name": None, "id": None, "index": b, "args": "",
                                      "type": "tool_call_chunk"}  # fmt: skip
+            if not slot["opened"] and segment.certain:  # its id when opened, its name to follow
+                slot["opened"] = True
+                piece["id"] = slot["id"]
             if not slot["named"] and (name := written_name(segment.inner)) is not None:
                 slot["named"] = True
-                piece |= {"name": name, "id": slot["id"]}
+                piece["name"] = name
             if segment.closed:
                 slot["closed"] = True
                 call = segment.call  # None: invalid, its text goes in the last chunk
@@ -124,8 +130,8 @@ class MessageStream:
                     piece["args"] = json.dumps(call["arguments"], ensure_ascii=False)
                     if not slot["named"]:  # a call whose name could not be read early
                         slot["named"] = True
-                        piece |= {"name": call["name"], "id": slot["id"]}
-            if piece["name"] is not None or piece["args"]:
+                        piece["name"] = call["name"]
+            if piece["id"] is not None or piece["name"] is not None or piece["args"]:
                 out.append(piece)
         return out
 
@@ -169,8 +175,8 @@ class MessageStream:
             if "call" in slot:
                 continue  # sent when its block closed
             args = json.dumps(c["args"], ensure_ascii=False) if call is not None else c["args"]
-            first = not slot["named"]
-            out.append({"name": c["name"] if first else None, "id": slot["id"] if first else None,
+            out.append({"name": None if slot["named"] else c["name"],
+                        "id": None if slot["opened"] else slot["id"],
                         "args": args, "index": b, "type": "tool_call_chunk"})  # fmt: skip
         return out
 

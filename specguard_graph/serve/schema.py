@@ -159,14 +159,6 @@ def _calls(message: AIMessage) -> list[dict[str, Any]]:
             for c in message.tool_calls]  # fmt: skip
 
 
-def _call_delta(c: Any) -> dict[str, Any]:
-    """A call's first delta names it (id, type, name); the next ones add to its arguments."""
-    if c["name"] is None:
-        return {"index": c["index"], "function": {"arguments": c["args"] or ""}}
-    return {"index": c["index"], "id": c["id"], "type": "function",
-            "function": {"name": c["name"], "arguments": c["args"] or ""}}  # fmt: skip
-
-
 def _usage(message: AIMessage) -> dict[str, int] | None:
     u = message.usage_metadata
     if not u:
@@ -184,6 +176,20 @@ class Reply:
 
     def __init__(self, model: str):
         self.id, self.model, self.created = f"chatcmpl-{uuid.uuid4().hex}", model, int(time.time())
+        self._ids: dict[int, str] = {}  # a call's id, from the chunk that opened it
+
+    def _call_delta(self, c: Any) -> dict[str, Any] | None:
+        """A call's first delta names it (id, type, name), as OpenAI's does: a chunk that only
+        opens a call (its id, before its name is written) is held; the next deltas add to its
+        arguments."""
+        if c["id"] is not None and c["name"] is None and not c["args"]:
+            self._ids[c["index"]] = c["id"]
+            return None
+        if c["name"] is None:
+            return {"index": c["index"], "function": {"arguments": c["args"] or ""}}
+        return {"index": c["index"], "id": c["id"] or self._ids.get(c["index"]),
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["args"] or ""}}  # fmt: skip
 
     def _head(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
@@ -202,8 +208,8 @@ class Reply:
         delta: dict[str, Any] = {"role": "assistant"} if first else {}
         if piece.content:
             delta["content"] = piece.content
-        if piece.tool_call_chunks:
-            delta["tool_calls"] = [_call_delta(c) for c in piece.tool_call_chunks]
+        if calls := [d for c in piece.tool_call_chunks if (d := self._call_delta(c)) is not None]:
+            delta["tool_calls"] = calls
         last = piece.chunk_position == "last"
         out = {**self._head("chat.completion.chunk"), "choices": [{
             "index": 0, "delta": delta,
