@@ -50,6 +50,26 @@ def scores(model: torch.nn.Module, texts: list[Text]) -> list[torch.Tensor]:
     return out
 
 
+def gsm8k_texts(lm: object, problems: list[dict]) -> list[Text]:
+    """Each problem's prompt in the graph's format and the dataset's solution, as token ids."""
+    out = []
+    for p in problems:
+        prompt = lm.encode(SPEC.render_prompt(p["question"], lm.tokenizer))
+        out.append(Text(prompt + lm.encode(p["solution"]), len(prompt)))
+    return out
+
+
+def agreement(got: list[torch.Tensor], ref: list[torch.Tensor], gold: list[torch.Tensor]
+              ) -> tuple[int, float, float]:  # fmt: skip
+    """Positions whose argmax differs from the reference's, the NLL of the gold tokens, and the
+    KL(reference || got) summed over positions."""
+    pairs = list(zip(got, ref, strict=True))
+    flips = sum(int((a.argmax(-1) != b.argmax(-1)).sum()) for a, b in pairs)
+    nll = -sum(float(a.gather(1, g[:, None]).sum()) for a, g in zip(got, gold, strict=True))
+    kl = sum(float((b.exp() * (b - a)).sum()) for a, b in pairs)
+    return flips, nll, kl
+
+
 def set_int16(lm: object, keep: set[str], layers: set[int] | None) -> int:
     """Every BlockLinear to int8, then those of `keep`'s parts (in `layers`, all if None) to
     int16; the lean glue, which holds each projection's activation bits, is rebuilt."""
@@ -86,10 +106,7 @@ def main() -> None:
     print(f"{describe()}; {args.model}, GSM8K texts {args.skip}-{last}, int8 activations by part")
     print(f"# .venv/bin/python benchmarks/probes/a8_parts.py {' '.join(sys.argv[1:])}")
     ref_lm = load_lm(args.model, **OPTIONS["fp32"])
-    texts = []
-    for p in gsm8k_100()[args.skip : args.skip + args.problems]:
-        prompt = ref_lm.encode(SPEC.render_prompt(p["question"], ref_lm.tokenizer))
-        texts.append(Text(prompt + ref_lm.encode(p["solution"]), len(prompt)))
+    texts = gsm8k_texts(ref_lm, gsm8k_100()[args.skip : args.skip + args.problems])
     ref = scores(ref_lm.model, texts)
     del ref_lm
     gold = [torch.tensor(t.ids[t.start :]) for t in texts]
@@ -110,10 +127,8 @@ def main() -> None:
         kept = set_int16(lm, keep, layers)
         t0 = time.perf_counter()
         got = scores(lm.model, texts)
-        pairs = list(zip(got, ref, strict=True))
-        flips = sum(int((a.argmax(-1) != b.argmax(-1)).sum()) for a, b in pairs)
-        nll = -sum(float(a.gather(1, g[:, None]).sum()) for a, g in zip(got, gold, strict=True))
-        kl = sum(float((b.exp() * (b - a)).sum()) for a, b in pairs) / tokens
+        flips, nll, kl = agreement(got, ref, gold)
+        kl /= tokens
         print(f"| {row} | {kept} | {tokens} | {100 * (1 - flips / tokens):.2f} % | {flips} | "
               f"{nll / nll_ref:.4f} | {1e3 * kl:.3f} | {time.perf_counter() - t0:.0f} |",
               flush=True)  # fmt: skip

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # fidelity.py
-from a8_parts import scores
-from fidelity import SPEC, Text
+from a8_parts import agreement, gsm8k_texts, scores
+from fidelity import Text
 
 from specguard_graph.bench.data import gsm8k_100
 from specguard_graph.machine import describe
@@ -111,17 +111,11 @@ def main() -> None:
     print(f"{describe()}; {args.model}, GSM8K texts {args.skip}-{last}, emulated roundings")
     print(f"# .venv/bin/python benchmarks/probes/a8_rounding.py {' '.join(sys.argv[1:])}")
     lm = load_lm(args.model, **OPTIONS["fp32"])
-    texts = []
-    for p in gsm8k_100()[args.skip : args.skip + args.problems]:
-        prompt = lm.encode(SPEC.render_prompt(p["question"], lm.tokenizer))
-        texts.append(Text(prompt + lm.encode(p["solution"]), len(prompt)))
+    texts = gsm8k_texts(lm, gsm8k_100()[args.skip : args.skip + args.problems])
     install(lm.model, None)
     ref = scores(lm.model, texts)
     if statics := [r for r in args.roundings if r.endswith("-static1")]:
-        calib = []  # GSM8K's last ten problems (score texts from the first 90 only)
-        for p in gsm8k_100()[90:]:
-            prompt = lm.encode(SPEC.render_prompt(p["question"], lm.tokenizer))
-            calib.append(Text(prompt + lm.encode(p["solution"]), len(prompt)))
+        calib = gsm8k_texts(lm, gsm8k_100()[90:])  # score texts from the first 90 only
         (group,) = {int(r.split("-")[0][1:]) for r in statics}
         calibrate(lm.model, calib, group)
     gold = [torch.tensor(t.ids[t.start :]) for t in texts]
@@ -133,10 +127,8 @@ def main() -> None:
         install(lm.model, rounding)
         t0 = time.perf_counter()
         got = scores(lm.model, texts)
-        pairs = list(zip(got, ref, strict=True))
-        flips = sum(int((a.argmax(-1) != b.argmax(-1)).sum()) for a, b in pairs)
-        nll = -sum(float(a.gather(1, g[:, None]).sum()) for a, g in zip(got, gold, strict=True))
-        kl = sum(float((b.exp() * (b - a)).sum()) for a, b in pairs) / tokens
+        flips, nll, kl = agreement(got, ref, gold)
+        kl /= tokens
         print(f"| {rounding} | {tokens} | {100 * (1 - flips / tokens):.2f} % | {flips} | "
               f"{nll / nll_ref:.4f} | {1e3 * kl:.3f} | {time.perf_counter() - t0:.0f} |",
               flush=True)  # fmt: skip

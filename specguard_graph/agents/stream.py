@@ -13,7 +13,7 @@ end may strip it).
 
 A call goes out as `tool_call_chunk`s, in three pieces: its id and index the moment it opens
 (the `<tool_call>` tag, one token for Qwen, or a bare object's `{"name": "`: a client can show
-that a call is being written ~5 decode steps before its name is), its name as soon as the name
+that a call is being written before its name is), its name as soon as the name
 is written whole (`"name": "..."` at the head of its block or bare object), then its arguments
 when its block or object closes and parses (LangChain parses them back into `tool_calls`); where
 calls are is `call_objects.call_segments`, the same reading `invoke` makes. The arguments are
