@@ -1,6 +1,9 @@
 """The distillation's training problems: disjoint from every evaluation set, by question text
 and by construction (no generator made from an evaluation set's problems)."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from specguard_graph.bench.data import gsm8k_100
@@ -34,7 +37,15 @@ def test_the_bfcl_questions_trained_on_are_none_of_the_evaluated_ones():
 
     evaluated = [q for c in EVALUATED_BFCL for q in bfcl_questions(c)]
     assert len(evaluated) > 1000
-    assert overlap(bfcl_questions("live_simple"), evaluated) == []  # the tool-call records
+    assert overlap(bfcl_questions("live_simple"), evaluated) == []
+    # the questions of the tool-call records the committed adapters learned from
+    results = Path(__file__).resolve().parents[1] / "benchmarks/results/distill"
+    ids = {json.loads(line)["id"] for f in results.glob("collect-bfcl-*/target.jsonl")
+           for line in f.read_text().splitlines() if line.strip()}  # fmt: skip
+    trained = [q for c in ("live_simple", "live_multiple") for q in bfcl_questions(c)
+               if q["id"] in ids]  # fmt: skip
+    assert len(trained) == len(ids) >= 305
+    assert overlap(trained, evaluated) == []
     # live_multiple holds two evaluated questions: the check finds them
     assert overlap(bfcl_questions("live_multiple")[185:195], evaluated) == [
         "live_multiple_190-84-0",
