@@ -69,22 +69,27 @@ def test_a_row_is_the_same_bits_alone_in_any_batch_at_any_thread_count(fmt):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("bits", [8, 9, 10])
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_int8_activations_are_the_int16_products_of_the_int8_values_on_every_copy(fmt):
+def test_int8_activations_are_the_int16_products_of_the_int8_values_on_every_copy(fmt, bits):
     """bits=8: from 8 rows on the products run in quads (block_quads.inc), fewer run the int16
-    code; bits=-8 is the int16 code on the same int8 values. Equal bits at every row count,
-    copy and slice split (2,304 inputs: two k slices; 44 outputs: an odd and a part panel)."""
+    code; bits=-8 is the int16 code on the same int8 values (9, 10: with each group's largest one
+    or two at int16, which the quads add apart). Equal bits at every row count, copy and slice
+    split (2,304 inputs: two k slices; 44 outputs: an odd and a part panel)."""
     k = 2304 if fmt in (8, 6) else 2560
     layer = BlockLinear(random_blocks(fmt, 44, k, seed=9), fmt, k)
     mm = layer._kernel.block_mm
     for rows in (1, 4, 7, 8, 9, 13, 16, 17, 33):
         x = activations(rows, k, seed=rows)
-        ref = mm(x, layer.panels, fmt, 44, 0, -8)
+        ref = mm(x, layer.panels, fmt, 44, 0, -bits)
         for isa in range(layer._kernel.block_isa() + 1):
-            got = mm(x, layer.panels, fmt, 44, isa, 8)
+            got = mm(x, layer.panels, fmt, 44, isa, bits)
             assert torch.equal(got, ref), f"{FORMATS[fmt]}, {rows} rows, copy {isa}"
-        alone = torch.cat([mm(x[i : i + 1], layer.panels, fmt, 44, -1, 8) for i in range(rows)])
+        alone = torch.cat([mm(x[i : i + 1], layer.panels, fmt, 44, -1, bits)
+                           for i in range(rows)])  # fmt: skip
         assert torch.equal(alone, ref), f"{FORMATS[fmt]}, {rows} rows against one by one"
+    if bits != 8:
+        return
     # int8 is a coarser rounding of the same matmul, not another one: the outlier channel's
     # groups keep their other values to 1/127 of it
     x = activations(6, k)
@@ -164,6 +169,45 @@ def test_activations_round_to_int16_by_the_documented_formula_bit_for_bit():
         assert torch.equal(got.view(torch.int32), want.view(torch.int32)), f"copy {isa}"
 
 
+@pytest.mark.parametrize("bits", [9, 10])
+def test_int8_with_int16_outliers_rounds_by_the_documented_formula_bit_for_bit(bits):
+    """bits=9 (10): per group of 32 the largest |x| (two largest; the first of equals) stay on
+    the int16 grid of the step the others set: dx = max(next largest / 127, largest / 32767),
+    q = rint(x / dx), clipped to +-32767 for those and +-127 for the rest. Read back through a
+    one-hot Q8_0 weight as float32(q * dx), from 1 row (int16 products) and 20 (quads)."""
+    n, k = bits - 8, 96
+    raw = np.zeros((k, k // 32, 34), dtype=np.uint8)  # output n: code 1 at input n, d = 1.0
+    raw[:, :, :2] = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)
+    for o in range(k):
+        raw[o, o // 32, 2 + o % 32] = 1
+    layer = BlockLinear(torch.from_numpy(raw.reshape(k, -1)), 8, k)
+    x = activations(20, k, seed=11).numpy()
+    x[0, :32] = 0.0  # dx = 0
+    x[1, 32:64] = 1.0  # all equal: the first n are the int16 ones
+    x[2, 64:96] = 0.0
+    x[2, 70] = 5.0  # one value: dx = 5 / 32767, and it is 32767
+    x[3, 5] = 1e6  # an outlier far past 258x the rest: the rest round to 0
+    x[4, 40] = x[4, 41] = -400.0  # two equal outliers
+    g = x.reshape(20, -1, 32).astype(np.float64)
+    order = np.argsort(-np.abs(g), axis=2, kind="stable")  # the first of equals first
+    mag = np.take_along_axis(np.abs(g), order, axis=2)
+    dx = np.maximum(mag[..., n] / 127, mag[..., 0] / 32767).astype(np.float32)[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.rint(g.astype(np.float32) / dx)
+    top = np.zeros_like(g, dtype=bool)
+    np.put_along_axis(top, order[..., :n], True, axis=2)
+    q = np.where(top, np.clip(r, -32767, 32767), np.clip(r, -127, 127))
+    q = np.where(dx > 0, q, 0).astype(np.int32)  # the kernel's integers (no -0)
+    want = torch.from_numpy((q.astype(np.float32) * dx).reshape(20, k))
+    assert q[2, 2].max() == 32767 and q[3, 0, 5] == 32767 and q[3, 0, 6] == 0
+    for isa in range(layer._kernel.block_isa() + 1):
+        for rows in (1, 20):
+            got = torch.cat([layer._kernel.block_mm(torch.from_numpy(x[i : i + rows]),
+                                                    layer.panels, 8, k, isa, bits)
+                             for i in range(0, 20, rows)])  # fmt: skip
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (isa, rows)
+
+
 def test_the_environment_holds_the_kernel_to_a_lower_copy():
     """SPECGUARD_AMX=0 keeps a process on VNNI; torch held to AVX2 keeps the kernel on AVX2."""
     best = BlockLinear(random_blocks(8, 8, 96), 8, 96)._kernel.block_isa()
@@ -201,7 +245,7 @@ def test_blocks_that_do_not_fit_are_refused_with_what_is_wrong():
         BlockLinear(blocks, 2, 512)
     with pytest.raises(ValueError, match="uint8"):
         BlockLinear(blocks.float(), 12, 512)
-    with pytest.raises(ValueError, match="act must be 16 or 8"):
+    with pytest.raises(ValueError, match=r"act must be one of \(16, 8, 9\)"):
         BlockLinear(blocks, 12, 512, act=4)
 
 
@@ -232,10 +276,16 @@ def draft_gguf_a8():
     return load_lm("draft", quantize="gguf-a8")
 
 
-@pytest.mark.parametrize("fixture", ["draft_gguf", "draft_gguf_a8"])
+@pytest.fixture(scope="module")
+def draft_gguf_a8o():
+    return load_lm("draft", quantize="gguf-a8o")
+
+
+@pytest.mark.parametrize("fixture", ["draft_gguf", "draft_gguf_a8", "draft_gguf_a8o"])
 def test_the_draft_in_gguf_scores_a_token_the_same_however_it_is_fed(fixture, request):
     """gguf-a8: a forward of 8 rows or more meets the weights in int8 quads, fewer rows run the
-    int16 code on the same int8 values; the bits may not tell them apart."""
+    int16 code on the same int8 values; the bits may not tell them apart (gguf-a8o: nor the
+    int16 values the quads add apart)."""
     lm = request.getfixturevalue(fixture)
     ids = lm.encode("Natalia sold clips to 48 of her friends in April, and half as many in May.")
     others = [lm.encode("How many clips did Natalia sell?"), lm.encode("48 / 2 = 24.")]
@@ -321,3 +371,20 @@ def test_gguf_a8_rounds_activations_to_int8_and_keys_its_own_prefixes(draft_gguf
     a8, _ = feed(draft_gguf_a8.model, [ids], "one forward")
     assert not torch.equal(a16, a8)  # another rounding, so never the other format's KV
     assert fingerprint(draft_gguf.model) != fingerprint(draft_gguf_a8.model)
+
+
+def test_gguf_a8o_keeps_outliers_closer_to_int16_than_a8_and_keys_its_own_prefixes(
+    draft_gguf, draft_gguf_a8, draft_gguf_a8o
+):
+    """Each group's largest activation at int16 sets no step for the rest: the log-probs move
+    less from int16's than int8's do (the KL to float32 falls ~3x on GSM8K, docs/numerics.md)."""
+    from specguard_graph.models.local.prefix_store.disk import fingerprint
+
+    assert {m.act for m in draft_gguf_a8o.model.modules() if isinstance(m, BlockLinear)} == {9}
+    text = "Natalia sold clips to 48 of her friends in April, and half as many clips in May."
+    ids = draft_gguf.encode(text + " How many clips did Natalia sell altogether?")
+    models = {"16": draft_gguf, "8": draft_gguf_a8, "8o": draft_gguf_a8o}
+    lp = {k: feed(lm.model, [ids], "one forward")[0] for k, lm in models.items()}
+    moved = {k: (lp[k].exp() * (lp[k] - lp["16"])).sum(-1).mean().item() for k in ("8", "8o")}
+    assert 0 < moved["8o"] < moved["8"] / 2, moved  # KL(int8 formats || int16)
+    assert len({fingerprint(lm.model) for lm in models.values()}) == 3

@@ -11,9 +11,11 @@ flips against float32, the NLL ratio and the mean KL(float32 || rounding), over
 
 Roundings (`--roundings`): `g32` gguf-a8's own (its emulation should flip about as often as
 the kernel does), `g16`/`g8` smaller groups, `g32-top1` a group's largest |x| kept exact and
-the rest rounded against the second largest, `g16-static1` per 16 with one channel per group
-kept exact, the same for every row (the channel of largest mean |x| on GSM8K's last ten problems,
-never scored), `i16` int16 per 32 (the `gguf` default).
+the rest rounded against the second largest (`-top2`: the two largest), `g16-static1` per 16
+with one channel per group kept exact, the same for every row (the channel of largest mean |x|
+on GSM8K's last ten problems, never scored), `g32-r16` the row's 16 largest |x| exact wherever
+they fall (`-p64`: the row's K/64 largest) and the rest per group, `i16` int16 per 32 (the
+`gguf` default).
 
     .venv/bin/python benchmarks/probes/a8_rounding.py --model target --problems 25 \
         --roundings g32 g16 g32-top1
@@ -51,12 +53,22 @@ def rounded(x: torch.Tensor, rounding: str, fixed: torch.Tensor | None = None) -
         scale = mag.masked_fill(keep, 0).amax(-1, keepdim=True) / levels
         q = torch.round(g / scale.clamp_min(1e-30)).clamp(-127, 127) * scale
         return torch.where(keep, g, torch.where(scale > 0, q, 0.0)).reshape(shape)
-    if extra == "top1":  # the largest kept exact, the rest against the second largest
-        top = mag.topk(2, dim=-1)
-        scale = top.values[..., 1:2] / levels
+    if extra[:1] in ("r", "p"):  # the row's k largest |x| exact (rK: k = K; pF: k = row / F)
+        k = int(extra[1:]) if extra[0] == "r" else shape[-1] // int(extra[1:])
+        rows = x.reshape(-1, shape[-1])
+        keep = torch.zeros_like(rows, dtype=torch.bool)
+        keep.scatter_(-1, rows.abs().topk(k, dim=-1).indices, True)
+        keep = keep.reshape(g.shape)
+        scale = mag.masked_fill(keep, 0).amax(-1, keepdim=True) / levels
+        q = torch.where(scale > 0, torch.round(g / scale.clamp_min(1e-30)), 0.0) * scale
+        return torch.where(keep, g, q).reshape(shape)
+    if extra.startswith("top"):  # the n largest kept exact, the rest against the next largest
+        n = int(extra[3:])
+        top = mag.topk(n + 1, dim=-1)
+        scale = top.values[..., n : n + 1] / levels
         q = torch.where(scale > 0, torch.round(g / scale.clamp_min(1e-30)).clamp(-127, 127), 0.0)
         out = q * scale
-        keep = torch.zeros_like(g, dtype=torch.bool).scatter_(-1, top.indices[..., :1], True)
+        keep = torch.zeros_like(g, dtype=torch.bool).scatter_(-1, top.indices[..., :n], True)
         out = torch.where(keep, g, out)
     else:
         scale = mag.amax(-1, keepdim=True) / levels

@@ -62,7 +62,7 @@ def weights(*models: Any) -> str:
             return "served"
         layers = list(model.modules())  # gguf with some layers in int8 is still gguf
         if blocks := [m for m in layers if isinstance(m, BlockLinear)]:
-            return "gguf-a8" if blocks[0].act == 8 else "gguf"
+            return {8: "gguf-a8", 9: "gguf-a8o"}.get(blocks[0].act, "gguf")
         int8 = [m.terms for m in layers if isinstance(m, Int8WeightOnlyLinear)]
         if int8:
             return "int8x2" if 2 in int8 else "int8"

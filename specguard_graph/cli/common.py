@@ -55,6 +55,7 @@ class Quantize(StrEnum):
     gguf = "gguf"
     gguf_target = "gguf-target"
     gguf_a8 = "gguf-a8"
+    gguf_a8o = "gguf-a8o"
     none = "none"
     dynamic_int8 = "dynamic-int8"
 
@@ -84,9 +85,10 @@ QuantizeOpt = Annotated[
         help="CPU weight format: auto ($SPECGUARD_QUANTIZE, else gguf where the model has GGUF "
         "blocks, else int8) | int8 (weight-only, per channel) | int8x2 (int8 + int8 residual: "
         "~bf16 precision, 2x the bytes) | gguf (the GGUF's own blocks) | gguf-a8 (gguf with int8 "
-        "activations: faster prefill, less faithful) | gguf-target (target on its blocks, draft "
-        "int8) | none (float32) | dynamic-int8 (batch-dependent, unfaithful; "
-        "opt-in only)",
+        "activations: faster prefill, less faithful) | gguf-a8o (gguf-a8 with each group's "
+        "largest activation at int16: closer to gguf, most of a8's prefill on AVX-512) | "
+        "gguf-target (target on its blocks, draft int8) | none (float32) | dynamic-int8 "
+        "(batch-dependent, unfaithful; opt-in only)",
     ),
 ]
 

@@ -21,6 +21,7 @@ OPTIONS: dict[str, dict[str, str]] = {
     "int8x2": {"dtype": "float32", "quantize": "int8x2"},
     "gguf": {"dtype": "float32", "quantize": "gguf"},  # the GGUF's own blocks (`blocks/`)
     "gguf-a8": {"dtype": "float32", "quantize": "gguf-a8"},  # ... with int8 activations
+    "gguf-a8o": {"dtype": "float32", "quantize": "gguf-a8o"},  # ... and int16 outliers
     "dynamic-int8": {"dtype": "float32", "quantize": "dynamic-int8"},
     "bf16": {"dtype": "bfloat16", "quantize": "none"},  # the whole model in bfloat16
 }

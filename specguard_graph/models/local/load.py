@@ -50,7 +50,7 @@ def read(
         raise ModelLoadError(f"cannot load model from {path}: {detail}") from None
     model.to(device)
     try:
-        if quantize in ("gguf", "gguf-a8"):
+        if quantize in numerics.GGUF_ACTIVATIONS:
             model = _blocks(model, path, device, quantize)
         else:
             model = numerics.apply(model, quantize, device)
@@ -68,4 +68,4 @@ def _blocks(model: Any, path: Path, device: str, quantize: str) -> Any:
     if source is None:
         raise ValueError(f"quantize={quantize!r} needs a .gguf file or an installed default "
                          f"model; {path} has no GGUF source")  # fmt: skip
-    return quantize_gguf(model, source, act=8 if quantize == "gguf-a8" else 16)
+    return quantize_gguf(model, source, act=numerics.GGUF_ACTIVATIONS[quantize])

@@ -25,9 +25,10 @@ from torch import nn
 
 from . import int8_kernel
 
-Quantize = Literal["auto", "none", "int8", "int8x2", "gguf", "gguf-a8", "dynamic-int8"]
+Quantize = Literal["auto", "none", "int8", "int8x2", "gguf", "gguf-a8", "gguf-a8o", "dynamic-int8"]
 QUANTIZE_CHOICES: tuple[str, ...] = get_args(Quantize)
-
+# the GGUF formats: activation bits (9: int8 with each group's largest at int16; blocks/linear.py)
+GGUF_ACTIVATIONS = {"gguf": 16, "gguf-a8": 8, "gguf-a8o": 9}
 
 ROUND_ACTIVATIONS = False
 """Whether the int8 kernel rounds its activations to bfloat16 first (torch's kernel always
@@ -36,8 +37,7 @@ feedings' float64 results straddled a float32 rounding boundary, one ulp apart (
 one of six GSM8K texts on the 0.5B draft, token by token against one forward: 2.9e-5 in a
 log-prob, `benchmarks/results/engine/fidelity-f32.log`), and the bf16 rounding absorbed it.
 With attention summed in one fixed order per row (`kernels/attention.cpp`) the rows are the
-same bits in every feeding, so float32 activations stay float32; `benchmarks/fidelity.py`
-checks it."""
+same bits in every feeding, so float32 activations stay float32 (`benchmarks/fidelity.py`)."""
 
 
 def _int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -225,7 +225,7 @@ def apply(model: nn.Module, quantize: str, device: str) -> nn.Module:
         "int8x2": quantize_int8x2,
         "dynamic-int8": quantize_dynamic_int8,
     }
-    if quantize in ("gguf", "gguf-a8"):
+    if quantize in GGUF_ACTIVATIONS:
         raise ValueError(f"{quantize} reads the model's GGUF file: load the model with it")
     if quantize not in formats:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}")

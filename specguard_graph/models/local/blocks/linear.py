@@ -38,7 +38,9 @@ def kernel_copy(isa: int) -> Iterator[None]:
         _COPY.reset(token)
 
 
-ACTIVATIONS = (16, 8)  # bits an activation is rounded to; 8 is `quantize="gguf-a8"`
+# bits an activation is rounded to: 16 (`gguf`), 8 (`gguf-a8`), 9 (`gguf-a8o`: 8, each group's
+# largest at int16 on the others' step)
+ACTIVATIONS = tuple(numerics.GGUF_ACTIVATIONS.values())
 
 
 class BlockLinear(int8_kernel.UsesKernel, nn.Module):
@@ -54,7 +56,7 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
         products, less agreement with float32; docs/numerics.md)."""
         super().__init__()
         if act not in ACTIVATIONS:
-            raise ValueError(f"act must be 16 or 8 (activation bits), got {act}")
+            raise ValueError(f"act must be one of {ACTIVATIONS} (activation bits), got {act}")
         if fmt not in FORMATS:
             raise ValueError(f"fmt must be one of {', '.join(FORMATS.values())} (ggml ids "
                              f"{sorted(FORMATS)}), got {fmt}")  # fmt: skip
@@ -131,7 +133,10 @@ class BlockLinear(int8_kernel.UsesKernel, nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"{FORMATS[self.fmt]} blocks, int{self.act} activations")  # fmt: skip
+                f"{FORMATS[self.fmt]} blocks, {_ACT_NAMES[self.act]} activations")  # fmt: skip
+
+
+_ACT_NAMES = {16: "int16", 8: "int8", 9: "int8 (int16 outliers)"}
 
 
 def quantize_gguf(model: nn.Module, path: Path, act: int = 16) -> nn.Module:

@@ -85,6 +85,8 @@ struct Act {
   const float* s;
   const int32_t* h;
   const int8_t* b;  // int8 activations: the same values as bytes (else null)
+  const int32_t* e;  // per group, its `n` int16 values as k << 16 | uint16(x) (their b bytes: 0)
+  int n;             // int16 values per group among int8 ones (0: all int8)
 };
 
 // Memory each thread keeps from call to call, grown to the largest call it has seen (not
@@ -153,8 +155,39 @@ inline int32_t hsum(__m256i v) {  // eight int32 -> their sum (integers: any ord
 // Vectorised, yet the same bits as that formula taken element by element: max is exact, and
 // IEEE division and rounding give each lane what the scalar operation gives it. A NaN element
 // counts as 0 in the max and rounds to -32767 (`tests/test_blocks.py` pins all of it).
+//
+// With `n` > 0 (int8 levels only) a group's n largest |x| (the first of equals; never a NaN) are
+// kept as int16 values on the same step, which the others set:
+//   dx = max(next largest / 127, largest / 32767),  q = round_half_even(x / dx)
+// clamped to +-32767 for the n and +-127 for the rest. A group's step is then set by its ordinary
+// values, not by an outlier (Qwen2.5's activations have channels many times the rest), and
+// rounding costs five times less KL against float32 (docs/numerics.md, "Which rounding would
+// keep it"). Each goes to `e` as k << 16 | uint16(q); its byte in `b` is 0 (the quads add it
+// apart).
+// The positions of group x's n largest |x| into `at` (the first of equals; NaN never), and the
+// next largest |x| (0 if none). Fewer than n numbers: the rest of `at` are other positions, whose
+// values then stay as the int8 rounding left them (only their bytes move to the int16 side).
+inline float top_values(const float* x, int n, uint8_t* at) {
+  float best[3] = {-1.0f, -1.0f, -1.0f};
+  int where[3] = {0, 0, 0}, found = 0;
+  for (int k = 0; k < kGroup; ++k) {
+    const float m = std::fabs(x[k]);
+    if (!(m > best[n])) continue;  // NaN, and not above the (n+1)-th largest so far
+    int i = n;
+    for (; i > 0 && m > best[i - 1]; --i) best[i] = best[i - 1], where[i] = where[i - 1];
+    best[i] = m, where[i] = k;
+    found = std::min(found + 1, n + 1);
+  }
+  for (int i = 0; i < n; ++i) at[i] = (uint8_t)where[i];
+  for (int i = found, k = 0; i < n; ++i, ++k) {  // distinct positions for the missing ones
+    while (std::find(at, at + i, (uint8_t)k) != at + i) ++k;
+    at[i] = (uint8_t)k;
+  }
+  return found > n ? best[n] : 0.0f;
+}
+
 void quantize_row(const float* x, int64_t K, float levels, int16_t* q, float* d, float* s,
-                  int32_t* h, int8_t* hi, uint8_t* lo, int8_t* b) {
+                  int32_t* h, int8_t* hi, uint8_t* lo, int8_t* b, int n, int32_t* e) {
   const __m256 sign = _mm256_set1_ps(-0.0f), top = _mm256_set1_ps(levels),
                bottom = _mm256_set1_ps(-levels);
   for (int64_t g = 0; g < K / kGroup; ++g) {
@@ -166,7 +199,12 @@ void quantize_row(const float* x, int64_t K, float levels, int16_t* q, float* d,
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    const float dx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))) / levels;
+    float dx = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4))) / levels;
+    uint8_t og[2];
+    if (n) {
+      const float next = top_values(xg, n, og);
+      dx = std::max(next / levels, std::fabs(xg[og[0]]) / 32767.0f);  // NaN: next / levels
+    }
     __m256i iv[4];
     for (int i = 0; i < 4; ++i) {
       __m256 r = _mm256_setzero_ps();
@@ -174,6 +212,17 @@ void quantize_row(const float* x, int64_t K, float levels, int16_t* q, float* d,
         r = _mm256_round_ps(_mm256_div_ps(v[i], _mm256_set1_ps(dx)),
                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       iv[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, bottom), top));  // NaN: bottom
+    }
+    if (n) {  // the n values at int16 (a NaN is never one of them)
+      alignas(32) int32_t all[kGroup];
+      for (int i = 0; i < 4; ++i) _mm256_store_si256((__m256i*)(all + 8 * i), iv[i]);
+      for (int i = 0; i < n; ++i) {
+        const float xi = xg[og[i]];
+        if (dx > 0.0f && !std::isnan(xi))  // else the int8 rounding's value stays
+          all[og[i]] = (int32_t)std::clamp(std::nearbyint(xi / dx), -32767.0f, 32767.0f);
+      }
+      for (int i = 0; i < 4; ++i) iv[i] = _mm256_load_si256((const __m256i*)(all + 8 * i));
+      for (int i = 0; i < n; ++i) e[g * n + i] = og[i] << 16 | (uint16_t)all[og[i]];
     }
     const int32_t first = hsum(_mm256_add_epi32(iv[0], iv[1]));
     const int32_t sum = first + hsum(_mm256_add_epi32(iv[2], iv[3]));
@@ -191,6 +240,7 @@ void quantize_row(const float* x, int64_t K, float levels, int16_t* q, float* d,
     if (b) {  // |q| <= 127 here: the same values as bytes, in order
       const __m256i b8 = _mm256_permute4x64_epi64(_mm256_packs_epi16(q0, q1), 0xD8);
       _mm256_storeu_si256((__m256i*)(b + g * kGroup), b8);
+      for (int i = 0; i < n; ++i) b[g * kGroup + og[i]] = 0;  // the quads add these apart
     }
     if (hi) {  // x = 256 * hi + lo, exactly: hi the signed high byte, lo the unsigned low one
       const __m256i ff = _mm256_set1_epi16(255);
@@ -239,10 +289,14 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
                        int64_t bits) {
   static const int64_t best = block_isa();
   TORCH_CHECK(isa <= best, "block_mm: isa=", isa, " is not run here (best: ", best, ")");
-  // bits -8: int8 values through the int16 products, the reference the tests hold 8 to
-  TORCH_CHECK(bits == 16 || bits == 8 || bits == -8, "block_mm: activation bits=", bits,
-              " must be 16 or 8");
+  // bits 8: int8 values; 9 and 10: int8 with each group's largest one or two at int16
+  // (`quantize_row`); -8, -9, -10: the same values through the int16 products, the reference
+  // the tests hold the quads to
+  const int64_t kind = std::abs(bits);
+  TORCH_CHECK(bits == 16 || (kind >= 8 && kind <= 10), "block_mm: activation bits=", bits,
+              " must be 16, 8, 9 or 10");
   const float levels = bits == 16 ? 32767.0f : 127.0f;
+  const int n = bits == 16 ? 0 : (int)(kind - 8);
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32,
               "block_mm: x must be 2-D float32");
   TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kUInt8 && w.is_contiguous(),
@@ -263,8 +317,9 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
   int8_t* xhi = scratch<int8_t, 0>(tiles ? M * K : 0);
   uint8_t* xlo = scratch<uint8_t, 0>(tiles ? M * K : 0);
   // the quads (block_quads.inc) read int8 values as bytes too
-  const bool bytes = bits == 8 && !tiles;
+  const bool bytes = bits > 0 && bits != 16 && !tiles;
   int8_t* xb = scratch<int8_t, 1>(bytes ? M * K : 0);
+  int32_t* xe = scratch<int32_t, 7>(M * G * n);  // 7: no other slot of the calling thread
   float* xd = scratch<float, 0>(M * G);
   float* xs = scratch<float, 1>(M * G);
   int32_t* xh = scratch<int32_t, 0>(2 * M * G);
@@ -274,11 +329,11 @@ torch::Tensor block_mm(torch::Tensor x, torch::Tensor w, int64_t fmt, int64_t N,
     for (int64_t m = m0; m < m1; ++m)
       quantize_row(xp + m * K, K, levels, tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G],
                    &xh[2 * m * G], tiles ? &xhi[m * K] : nullptr, tiles ? &xlo[m * K] : nullptr,
-                   bytes ? &xb[m * K] : nullptr);
+                   bytes ? &xb[m * K] : nullptr, n, n ? &xe[m * G * n] : nullptr);
   });
   for (int64_t m = 0; m < M; ++m)
     act[m] = {tiles ? nullptr : &xq[m * K], &xd[m * G], &xs[m * G], &xh[2 * m * G],
-              bytes ? &xb[m * K] : nullptr};
+              bytes ? &xb[m * K] : nullptr, n ? &xe[m * G * n] : nullptr, n};
   auto y = torch::empty({M, N}, x.options());
   const uint8_t* wp = w.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
