@@ -1,6 +1,7 @@
 """The CPU kernel of a git revision against the working tree's, interleaved in one process.
 
     .venv/bin/python benchmarks/probes/kernel_ab.py --model target --format gguf --rows 1,16,512
+    .venv/bin/python benchmarks/probes/kernel_ab.py --model target --format gguf-a8 --rows 1,5,64
     .venv/bin/python benchmarks/probes/kernel_ab.py --model target --rows 1,2,3,4
     .venv/bin/python benchmarks/probes/kernel_ab.py [--base HEAD] [--rows 1,2,3,4,6,8] [--rounds 9]
 
@@ -11,10 +12,10 @@ Without `--model`: one layer of each of the target's matrices (q+k+v, o, gate+up
 Qwen2.5-1.5B's sizes) with random int8 weights, the int8 matmul only. Prints the median time per
 layer for each row count, its ratio to the first row count, and the new/old ratio.
 
-With `--model`: whole forwards of an embedded model in `--format` (int8 or gguf), a 400-token
-cache then m tokens, the two kernels' matmuls swapped into the same layers (attention stays the
-working tree's). One layer's 46 MB can sit in a large L3, where it times cache, not the memory
-stream a decode is; a forward of many rows is a prefill.
+With `--model`: whole forwards of an embedded model in `--format` (int8 or a gguf option), a
+400-token cache then m tokens, the two kernels' matmuls swapped into the same layers (attention
+stays the working tree's). One layer's 46 MB can sit in a large L3, where it times cache, not
+the memory stream a decode is; a forward of many rows is a prefill.
 
 Before timing, both must give the same bits at every row count (the outputs, or the model's
 logits): the kernel's contract is that a change of speed never changes a sum.
@@ -94,7 +95,7 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,3,4,6,8")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--model", choices=["draft", "target"], help="whole forwards of this model")
-    ap.add_argument("--format", choices=["int8", "gguf"], default="int8",
+    ap.add_argument("--format", choices=["int8", "gguf", "gguf-a8", "gguf-a8o"], default="int8",
                     help="the model's weight format (with --model)")  # fmt: skip
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
@@ -143,7 +144,7 @@ def whole_model(role: str, fmt: str, base: str, kernels: dict, rows: list[int],
     from specguard_graph.models.local.numerics import Int8WeightOnlyLinear
 
     lm = load_lm(role, **OPTIONS[fmt])
-    kind = BlockLinear if fmt == "gguf" else Int8WeightOnlyLinear
+    kind = BlockLinear if fmt.startswith("gguf") else Int8WeightOnlyLinear
     layers = [m for m in lm.model.modules() if isinstance(m, kind)]
     ids = prompt_ids(lm, 400 + max(rows))
     times: dict[tuple[str, int], list[float]] = {(n, m): [] for n in kernels for m in rows}
