@@ -138,17 +138,23 @@ def test_the_copies_agree_where_several_rows_meet_a_panel_in_k_slices(fmt):
         assert torch.equal(alone, ours[best]), f"{FORMATS[fmt]}, {rows} rows against one by one"
 
 
+def one_hot_q8_0(k: int) -> BlockLinear:
+    """A Q8_0 layer whose output n is input n (code 1, d = 1.0): it reads each rounded
+    activation back as float32(q * dx), so the rounding tests see the kernel's values."""
+    raw = np.zeros((k, k // 32, 34), dtype=np.uint8)
+    raw[:, :, :2] = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)
+    for n in range(k):
+        raw[n, n // 32, 2 + n % 32] = 1
+    return BlockLinear(torch.from_numpy(raw.reshape(k, -1)), 8, k)
+
+
 def test_activations_round_to_int16_by_the_documented_formula_bit_for_bit():
     """Per group of 32: dx = max|x| / 32767, q = clip(rint(x / dx), ±32767), 0 where dx = 0; a
     NaN counts as 0 in the max and rounds to -32767. A one-hot Q8_0 weight (scale 1) reads each
     activation back as float32(q * dx), so the kernel's vectorised rounding is pinned to the
     scalar formula in every copy, for ties, zeros, subnormals and outliers alike."""
     k = 96
-    raw = np.zeros((k, k // 32, 34), dtype=np.uint8)  # output n: code 1 at input n, d = 1.0
-    raw[:, :, :2] = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)
-    for n in range(k):
-        raw[n, n // 32, 2 + n % 32] = 1
-    layer = BlockLinear(torch.from_numpy(raw.reshape(k, -1)), 8, k)
+    layer = one_hot_q8_0(k)
     x = activations(20, k, seed=7).numpy()
     x[0, :32] = 0.0  # dx = 0
     x[1, 32:64] = np.float32(1e-40) * np.arange(-16, 16)  # subnormals
@@ -176,11 +182,7 @@ def test_int8_with_int16_outliers_rounds_by_the_documented_formula_bit_for_bit(b
     q = rint(x / dx), clipped to +-32767 for those and +-127 for the rest. Read back through a
     one-hot Q8_0 weight as float32(q * dx), from 1 row (int16 products) and 20 (quads)."""
     n, k = bits - 8, 96
-    raw = np.zeros((k, k // 32, 34), dtype=np.uint8)  # output n: code 1 at input n, d = 1.0
-    raw[:, :, :2] = np.frombuffer(np.float16(1.0).tobytes(), dtype=np.uint8)
-    for o in range(k):
-        raw[o, o // 32, 2 + o % 32] = 1
-    layer = BlockLinear(torch.from_numpy(raw.reshape(k, -1)), 8, k)
+    layer = one_hot_q8_0(k)
     x = activations(20, k, seed=11).numpy()
     x[0, :32] = 0.0  # dx = 0
     x[1, 32:64] = 1.0  # all equal: the first n are the int16 ones

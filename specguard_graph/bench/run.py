@@ -54,7 +54,7 @@ def weights(*models: Any) -> str:
     from torch.ao.nn.quantized import dynamic
 
     from ..models.local.blocks import BlockLinear
-    from ..models.local.numerics import Int8WeightOnlyLinear
+    from ..models.local.numerics import GGUF_ACTIVATIONS, Int8WeightOnlyLinear
 
     def one(lm: Any) -> str:
         model = getattr(lm, "model", None)
@@ -62,7 +62,7 @@ def weights(*models: Any) -> str:
             return "served"
         layers = list(model.modules())  # gguf with some layers in int8 is still gguf
         if blocks := [m for m in layers if isinstance(m, BlockLinear)]:
-            return {8: "gguf-a8", 9: "gguf-a8o"}.get(blocks[0].act, "gguf")
+            return {bits: name for name, bits in GGUF_ACTIVATIONS.items()}[blocks[0].act]
         int8 = [m.terms for m in layers if isinstance(m, Int8WeightOnlyLinear)]
         if int8:
             return "int8x2" if 2 in int8 else "int8"
